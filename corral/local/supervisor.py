@@ -1,0 +1,233 @@
+"""The supervisor behind ``make up``: private servers, every service, restarts, Ctrl-C.
+
+Start order: Postgres and NATS (unless ``CORRAL_DATABASE_URL`` / ``CORRAL_NATS_URL``
+name existing ones), then every service as its own ``python -m`` process with its output
+in ``$CORRAL_HOME/logs/services/<name>.log`` and its pid in ``$CORRAL_HOME/run/``. A
+service that exits is restarted with a growing delay (reset once it stays up). SIGINT
+or SIGTERM stops the services (SIGTERM, then SIGKILL after a grace period), then the
+servers. All state lives in ``$CORRAL_HOME``, so the next ``make up`` finds every job
+where it was left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from corral.local.nats import LocalNats
+from corral.local.ports import free_port
+from corral.local.postgres import LocalPostgres
+
+# (name, module). The exporter and agent together are "the node" on this machine.
+SERVICES: tuple[tuple[str, str], ...] = (
+    ("api", "services.api"),
+    ("scheduler", "services.scheduler"),
+    ("launcher", "services.launcher"),
+    ("monitor", "services.monitor"),
+    ("alerter", "services.alerter"),
+    ("exporter", "services.monitor.exporter"),
+    ("agent", "services.launcher.agent"),
+)
+
+
+@dataclass
+class StackConfig:
+    home: Path
+    api_port: int = 8080
+    database_url: str | None = None
+    nats_url: str | None = None
+    pg_port: int = 5433
+    nats_port: int = 4222
+    simulated_gpus: int = 8
+    node_id: str = "local"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environment(cls) -> StackConfig:
+        env = os.environ
+        return cls(
+            home=Path(env.get("CORRAL_HOME", ".corral")).resolve(),
+            api_port=int(env.get("CORRAL_PORT", "8080")),
+            database_url=env.get("CORRAL_DATABASE_URL") or None,
+            nats_url=env.get("CORRAL_NATS_URL") or None,
+            pg_port=int(env.get("CORRAL_PG_PORT", "5433")),
+            nats_port=int(env.get("CORRAL_NATS_PORT", "4222")),
+            simulated_gpus=int(env.get("CORRAL_SIMULATED_GPUS", "8")),
+            node_id=env.get("CORRAL_NODE_ID", "local"),
+        )
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    module: str
+    env: dict[str, str]
+    log_path: Path
+    pid_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    next_start: float = 0.0
+    _log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", self.module],
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.started_at = time.monotonic()
+        self.pid_path.write_text(f"{self.process.pid}\n")
+
+    def exited(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def schedule_restart(self) -> float:
+        # Back off 0.5, 1, 2, ... 10 s; a process that stayed up a minute starts afresh.
+        if time.monotonic() - self.started_at > 60:
+            self.restarts = 0
+        delay = min(10.0, 0.5 * 2.0**self.restarts)
+        self.restarts += 1
+        self.next_start = time.monotonic() + delay
+        return delay
+
+    def signal(self, sig: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class Supervisor:
+    def __init__(self, config: StackConfig, *, out: IO[str] = sys.stdout) -> None:
+        self.config = config
+        self.out = out
+        self.postgres: LocalPostgres | None = None
+        self.nats: LocalNats | None = None
+        self.processes: list[ManagedProcess] = []
+        self._stopping = False
+
+    # --- servers ---------------------------------------------------------------------
+
+    def start_servers(self) -> tuple[str, str]:
+        home = self.config.home
+        database_url = self.config.database_url
+        if database_url is None:
+            self.postgres = LocalPostgres(home / "postgres", self.config.pg_port)
+            self.postgres.start(log_file=home / "logs" / "postgres.log")
+            database_url = self.postgres.url()
+        nats_url = self.config.nats_url
+        if nats_url is None:
+            self.nats = LocalNats(home / "nats", self.config.nats_port)
+            self.nats.start(log_file=home / "logs" / "nats.log")
+            nats_url = self.nats.url
+        return database_url, nats_url
+
+    # --- services --------------------------------------------------------------------
+
+    def service_env(self, name: str, database_url: str, nats_url: str) -> dict[str, str]:
+        env = {
+            **os.environ,
+            **self.config.extra_env,
+            "CORRAL_HOME": str(self.config.home),
+            "CORRAL_DATABASE_URL": database_url,
+            "CORRAL_NATS_URL": nats_url,
+            "CORRAL_API_PORT": str(self.config.api_port),
+            "CORRAL_HEALTH_PORT": "" if name == "api" else str(free_port()),
+            "CORRAL_AGENT_NODE_ID": self.config.node_id,
+            "CORRAL_EXPORTER_NODE_ID": self.config.node_id,
+            "CORRAL_EXPORTER_SIMULATED_GPUS": str(self.config.simulated_gpus),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if name == "api":
+            del env["CORRAL_HEALTH_PORT"]
+        return env
+
+    def start_services(self, database_url: str, nats_url: str) -> None:
+        run_dir = self.config.home / "run"
+        service_logs = self.config.home / "logs" / "services"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        service_logs.mkdir(parents=True, exist_ok=True)
+        ports = {}
+        for name, module in SERVICES:
+            env = self.service_env(name, database_url, nats_url)
+            ports[name] = int(env.get("CORRAL_HEALTH_PORT") or self.config.api_port)
+            managed = ManagedProcess(name, module, env, service_logs / f"{name}.log", run_dir / f"{name}.pid")
+            managed.start()
+            self.processes.append(managed)
+        (run_dir / "health-ports.json").write_text(json.dumps(ports, indent=2) + "\n")
+
+    def supervise_once(self) -> None:
+        now = time.monotonic()
+        for managed in self.processes:
+            code = managed.exited()
+            if code is None:
+                continue
+            if managed.next_start == 0.0:
+                delay = managed.schedule_restart()
+                self._say(f"{managed.name} exited with {code}; restarting in {delay:.1f}s")
+            elif now >= managed.next_start:
+                managed.next_start = 0.0
+                managed.close_log()
+                managed.start()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def run(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._request_stop)
+        try:
+            self.config.home.mkdir(parents=True, exist_ok=True)
+            (self.config.home / "logs").mkdir(exist_ok=True)
+            database_url, nats_url = self.start_servers()
+            self.start_services(database_url, nats_url)
+            self._say(
+                f"Corral is up: API http://127.0.0.1:{self.config.api_port} — admin token in "
+                f"{self.config.home / 'admin-token'} — logs in {self.config.home / 'logs'}. "
+                "Ctrl-C stops it."
+            )
+            while not self._stopping:
+                self.supervise_once()
+                time.sleep(0.2)
+        finally:
+            self.stop()
+        return 0
+
+    def _request_stop(self, *_: object) -> None:
+        self._stopping = True
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        for managed in reversed(self.processes):
+            managed.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for managed in self.processes:
+            if managed.process is None:
+                continue
+            try:
+                managed.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                managed.process.kill()
+                managed.process.wait()
+            managed.close_log()
+            managed.pid_path.unlink(missing_ok=True)
+        if self.nats is not None:
+            self.nats.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        self._say("Corral stopped.")
+
+    def _say(self, message: str) -> None:
+        print(message, file=self.out, flush=True)

@@ -1,0 +1,1 @@
+"""Corral's services. Each is its own process and never imports another service."""

@@ -1,0 +1,1 @@
+"""The alerter: turns events into alerts with a lifecycle (routing and paging follow)."""

@@ -1,0 +1,1 @@
+"""The HTTP gateway: the public REST API (``/api/v1``)."""

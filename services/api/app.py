@@ -1,0 +1,85 @@
+"""Composition root of the API service.
+
+``create_app`` builds the FastAPI application around already-open resources, so tests
+can serve it in-process; ``main`` opens the resources (pool, bus, relay), bootstraps
+the admin token and serves HTTP under one TaskGroup with the outbox relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+
+from services.api.auth import bootstrap_admin
+from services.api.problems import install_problem_handlers, problem
+from services.api.repository import ApiRepository
+from services.api.routes_jobs import router as jobs_router
+from services.api.settings import Settings
+from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
+
+
+class BodySizeLimit(BaseHTTPMiddleware):
+    """Refuse bodies larger than the limit before reading them (413)."""
+
+    def __init__(self, app: object, max_bytes: int) -> None:
+        super().__init__(app)  # type: ignore[arg-type]
+        self.max_bytes = max_bytes
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return problem(
+                413,
+                "too-large",
+                "Request body too large",
+                f"the body may be at most {self.max_bytes} bytes",
+                request.url.path,
+            )
+        return await call_next(request)
+
+
+def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastAPI:
+    app = FastAPI(
+        title="Corral API",
+        version="1",
+        description="Submit and follow training jobs on a Corral GPU cluster.",
+    )
+    app.state.repo = repo
+    app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
+    install_problem_handlers(app)
+    app.include_router(jobs_router)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok", "service": "api"})
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        ready, checks = await health.readiness()
+        return JSONResponse(
+            {"ready": ready, "service": "api", "checks": checks}, status_code=200 if ready else 503
+        )
+
+    return app
+
+
+async def serve(settings: Settings) -> None:
+    async with service_resources("api", settings.common) as res:
+        await run_api(res, settings)
+
+
+async def run_api(res: ServiceResources, settings: Settings) -> None:
+    repo = ApiRepository(res.db)
+    await bootstrap_admin(repo, settings.admin_token_path)
+    app = create_app(repo, res.health, settings)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(res.relay.run(), name="outbox-relay")
+        tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
+
+
+def main() -> int:
+    settings = Settings()
+    return run_service("api", lambda: serve(settings))

@@ -1,0 +1,75 @@
+"""All of the API's SQL: jobs as submitted, reads for queries, tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shared.db.pool import Database
+from shared.db.queries import Queries
+from shared.events import JobSubmitted
+from shared.events.types import JobSubmittedData
+from shared.ids import JobId, new_job_id
+from shared.jobs import JobSpec
+from shared.outbox import append
+
+SQL = Queries(Path(__file__).parent / "sql")
+SOURCE = "corral/api"
+
+
+class ApiRepository:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def submit_job(self, spec: JobSpec, username: str) -> dict[str, Any]:
+        """Store the job as PENDING and its ``job.submitted`` event, atomically."""
+        job_id: JobId = new_job_id()
+        async with self.db.transaction() as conn:
+            row = await conn.fetchrow(
+                SQL.insert_job,
+                job_id,
+                spec.name,
+                username,
+                spec.virtual_cluster,
+                spec.priority,
+                spec.model_dump(mode="json"),
+                spec.total_gpus,
+            )
+            event = JobSubmitted(
+                source=SOURCE,
+                subject=job_id,
+                data=JobSubmittedData(
+                    job_id=job_id,
+                    name=spec.name,
+                    user=username,
+                    virtual_cluster=spec.virtual_cluster,
+                    total_gpus=spec.total_gpus,
+                ),
+            )
+            await append(conn, event, aggregate=job_id)
+        assert row is not None
+        return dict(row)
+
+    async def get_job(self, job_id: str) -> dict[str, Any] | None:
+        row = await self.db.fetchrow(SQL.get_job, job_id)
+        return dict(row) if row else None
+
+    async def list_jobs(self, state: str | None, limit: int) -> list[dict[str, Any]]:
+        return [dict(row) for row in await self.db.fetch(SQL.list_jobs, state, limit)]
+
+    async def attempts_of_job(self, job_id: str) -> list[dict[str, Any]]:
+        return [dict(row) for row in await self.db.fetch(SQL.attempts_of_job, job_id)]
+
+    async def attempt_for_logs(
+        self, job_id: str, role: str, index: int, attempt_no: int | None
+    ) -> dict[str, Any] | None:
+        row = await self.db.fetchrow(SQL.latest_attempt_of_task, job_id, role, index, attempt_no)
+        return dict(row) if row else None
+
+    async def upsert_token(self, token_id: str, name: str, sha256: str, role: str, username: str) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(SQL.upsert_token, token_id, name, sha256, role, username)
+
+    async def token_by_hash(self, sha256: str) -> dict[str, Any] | None:
+        row = await self.db.fetchrow(SQL.token_by_hash, sha256)
+        return dict(row) if row else None

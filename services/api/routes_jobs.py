@@ -1,0 +1,107 @@
+"""``/api/v1/jobs``: submit, read, list, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import PlainTextResponse
+
+from services.api.auth import AuthenticatedPrincipal, Principal
+from services.api.repository import ApiRepository
+from services.api.views import JobList, JobView
+from shared.errors import Forbidden, NotFound
+from shared.jobs import JobSpec, JobState
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+_TASK_RE = re.compile(r"^([a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?)-(\d{1,6})$")
+MAX_LOG_BYTES = 4 * 1024 * 1024
+
+
+def _repo(request: Request) -> ApiRepository:
+    repo: ApiRepository = request.app.state.repo
+    return repo
+
+
+async def _visible_job(repo: ApiRepository, job_id: str, principal: Principal) -> dict[str, object]:
+    job = await repo.get_job(job_id)
+    if job is None or not (principal.is_admin or job["username"] == principal.username):
+        raise NotFound(f"no job with id {job_id!r}; list your jobs with GET /api/v1/jobs")
+    return job
+
+
+@router.post("", status_code=201, operation_id="submitJob", response_model=JobView)
+async def submit_job(spec: JobSpec, request: Request, principal: AuthenticatedPrincipal) -> JobView:
+    """Submit a job. It starts ``PENDING`` and is queued for placement."""
+    if principal.role not in ("admin", "user"):
+        raise Forbidden("this token may not submit jobs")
+    job = await _repo(request).submit_job(spec, principal.username)
+    return JobView.from_rows(job, [])
+
+
+@router.get("", operation_id="listJobs", response_model=JobList)
+async def list_jobs(
+    request: Request,
+    principal: AuthenticatedPrincipal,
+    state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> JobList:
+    """The most recent jobs first (yours; every job for admins)."""
+    rows = await _repo(request).list_jobs(state.value if state else None, limit)
+    visible = [r for r in rows if principal.is_admin or r["username"] == principal.username]
+    return JobList(items=[JobView.from_rows(r, []) for r in visible])
+
+
+@router.get("/{job_id}", operation_id="getJob", response_model=JobView)
+async def get_job(job_id: str, request: Request, principal: AuthenticatedPrincipal) -> JobView:
+    """One job with every attempt of every task: node, GPU indices, exit code."""
+    repo = _repo(request)
+    job = await _visible_job(repo, job_id, principal)
+    return JobView.from_rows(dict(job), await repo.attempts_of_job(job_id))
+
+
+@router.get(
+    "/{job_id}/logs",
+    operation_id="getJobLogs",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def get_logs(
+    job_id: str,
+    request: Request,
+    principal: AuthenticatedPrincipal,
+    task: Annotated[str | None, Query(max_length=80, description="<role>-<index>, e.g. main-0")] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+) -> PlainTextResponse:
+    """stdout and stderr of one task attempt (default: the first task, latest attempt)."""
+    repo = _repo(request)
+    job = await _visible_job(repo, job_id, principal)
+    if task is None:
+        spec = JobSpec.model_validate(job["spec"])
+        role, index = spec.tasks[0].name, 0
+    else:
+        match = _TASK_RE.match(task)
+        if not match:
+            raise NotFound(f"task {task!r} is not of the form <role>-<index>, e.g. main-0")
+        role, index = match.group(1), int(match.group(3))
+    row = await repo.attempt_for_logs(job_id, role, index, attempt)
+    if row is None or not row["log_path"]:
+        which = f"attempt {attempt} of " if attempt else ""
+        raise NotFound(f"no logs yet for {which}task {role}-{index} of job {job_id}; it has not started")
+    text = await asyncio.to_thread(_read_tail, Path(row["log_path"]), MAX_LOG_BYTES)
+    return PlainTextResponse(text)
+
+
+def _read_tail(path: Path, limit: int) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            return handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise NotFound(f"the log file of this attempt is gone ({path.name})") from None

@@ -1,0 +1,30 @@
+-- name: insert_job
+INSERT INTO api.jobs (id, name, username, virtual_cluster, priority, spec, total_gpus, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING')
+RETURNING id, name, username, virtual_cluster, priority, spec, state, version, generation,
+          exit_code, reason, created_at, updated_at, finished_at;
+
+-- name: get_job
+SELECT id, name, username, virtual_cluster, priority, spec, state, version, generation,
+       exit_code, reason, created_at, updated_at, finished_at
+FROM api.jobs WHERE id = $1;
+
+-- name: list_jobs
+SELECT id, name, username, virtual_cluster, priority, spec, state, version, generation,
+       exit_code, reason, created_at, updated_at, finished_at
+FROM api.jobs
+WHERE ($1::text IS NULL OR state = $1)
+ORDER BY created_at DESC, id DESC
+LIMIT $2;
+
+-- name: attempts_of_job
+SELECT id, generation, task_role, task_index, attempt_no, node_id, gpu_indices, state,
+       exit_code, signal, reason, log_path, created_at, started_at, finished_at
+FROM launcher.attempts WHERE job_id = $1
+ORDER BY task_role, task_index, attempt_no;
+
+-- name: latest_attempt_of_task
+SELECT id, attempt_no, state, log_path FROM launcher.attempts
+WHERE job_id = $1 AND task_role = $2 AND task_index = $3
+  AND ($4::integer IS NULL OR attempt_no = $4)
+ORDER BY attempt_no DESC LIMIT 1;

@@ -1,0 +1,64 @@
+"""Response models of the public API (what clients see, documented in OpenAPI)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from shared.jobs import JobSpec, JobState
+
+
+class AttemptView(BaseModel):
+    id: str
+    task_role: str
+    task_index: int
+    attempt_no: int
+    state: str
+    node_id: str
+    gpu_indices: list[int]
+    exit_code: int | None
+    signal: int | None
+    reason: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobView(BaseModel):
+    id: str
+    name: str
+    user: str
+    virtual_cluster: str
+    priority: int
+    state: JobState
+    exit_code: int | None
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    spec: JobSpec
+    attempts: list[AttemptView] = []
+
+    @classmethod
+    def from_rows(cls, job: dict[str, Any], attempts: list[dict[str, Any]]) -> JobView:
+        return cls(
+            id=job["id"],
+            name=job["name"],
+            user=job["username"],
+            virtual_cluster=job["virtual_cluster"],
+            priority=job["priority"],
+            state=JobState(job["state"]),
+            exit_code=job["exit_code"],
+            reason=job["reason"],
+            created_at=job["created_at"],
+            updated_at=job["updated_at"],
+            finished_at=job["finished_at"],
+            spec=JobSpec.model_validate(job["spec"]),
+            attempts=[AttemptView.model_validate(a, from_attributes=False) for a in attempts],
+        )
+
+
+class JobList(BaseModel):
+    items: list[JobView]

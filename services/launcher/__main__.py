@@ -1,0 +1,7 @@
+"""``python -m services.launcher`` — run the launcher service."""
+
+import sys
+
+from services.launcher.app import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The node agent: runs the task attempts assigned to its node as OS processes."""

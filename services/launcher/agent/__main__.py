@@ -1,0 +1,7 @@
+"""``python -m services.launcher.agent`` — run a node agent."""
+
+import sys
+
+from services.launcher.agent.app import main
+
+sys.exit(main())

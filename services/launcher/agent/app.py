@@ -1,0 +1,60 @@
+"""Composition root of the node agent: its assignments consumer and reconcile loop.
+
+The agent's durable consumer filters ``corral.task.assigned.<node>``, so each agent
+sees only its own node's assignments; the reconcile loop re-drives any it missed and
+re-adopts or settles tasks that were running when the agent last stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from services.launcher.agent.agent import NodeAgent
+from services.launcher.agent.settings import Settings
+from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
+from shared.bus.streams import JOBS
+from shared.service import run_service, service_resources
+
+log = logging.getLogger(__name__)
+
+
+def assignments_consumer(node_id: str) -> ConsumerConfig:
+    return ConsumerConfig(
+        stream=JOBS.name,
+        durable=f"agent-{node_id}",
+        filter_subjects=(f"corral.task.assigned.{node_id}",),
+    )
+
+
+async def reconcile_forever(agent: NodeAgent, interval_s: float) -> None:
+    while True:
+        try:
+            await agent.reconcile()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("agent reconcile failed (%s); will retry", exc)
+        await asyncio.sleep(interval_s)
+
+
+async def serve(settings: Settings) -> None:
+    node_id = settings.agent.node_id
+    async with service_resources(f"agent-{node_id}", settings.common) as res, asyncio.TaskGroup() as tg:
+        agent = NodeAgent(
+            res.db,
+            tg,
+            node_id=node_id,
+            log_dir=settings.log_dir,
+            state_dir=settings.state_dir,
+            work_dir=settings.work_dir,
+        )
+        res.start_common_tasks(tg)
+        spec = ConsumerSpec(assignments_consumer(node_id), agent.handle)
+        tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name="assignments")
+        tg.create_task(reconcile_forever(agent, settings.agent.reconcile_interval_s), name="reconcile")
+
+
+def main() -> int:
+    settings = Settings()
+    return run_service("agent", lambda: serve(settings))

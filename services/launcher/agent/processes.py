@@ -1,0 +1,116 @@
+"""Task processes: start, watch, stop, and re-adopt after an agent restart.
+
+Each task runs under a tiny ``/bin/sh`` wrapper in its own session (so its whole process
+group can be signalled). The wrapper writes its pid to ``<attempt>.pid`` before running
+the command and the command's exit status to ``<attempt>.exit`` (atomically, via
+rename) after. A restarted agent cannot ``wait()`` for processes it did not spawn, so it
+re-adopts a running task by watching its pid (checked against the process start time,
+so a recycled pid is not mistaken for the task) and reads the exit file when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+# "$1" is the user's command, "$2" the pid file, "$3" the exit file. The command runs
+# in a child shell so that `exit 3` inside it still lets the wrapper record 3.
+_WRAPPER = 'echo $$ > "$2"; /bin/sh -c "$1"; code=$?; echo $code > "$3.tmp" && mv "$3.tmp" "$3"; exit $code'
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    pid_file: Path
+    exit_file: Path
+
+    @classmethod
+    def for_attempt(cls, state_dir: Path, attempt_id: str) -> TaskFiles:
+        return cls(state_dir / f"{attempt_id}.pid", state_dir / f"{attempt_id}.exit")
+
+    def read_exit_code(self) -> int | None:
+        try:
+            return int(self.exit_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def remove(self) -> None:
+        self.pid_file.unlink(missing_ok=True)
+        self.exit_file.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Exit:
+    exit_code: int | None
+    signal: int | None
+    reason: str = ""
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may contain spaces; fields after its ')' are fixed.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def is_same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    ticks = process_start_ticks(pid)
+    if ticks is None:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z" and (start_ticks is None or ticks == start_ticks)
+
+
+async def spawn(
+    command: str, env: dict[str, str], log_path: Path, files: TaskFiles, cwd: Path
+) -> asyncio.subprocess.Process:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    files.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    files.remove()
+    with log_path.open("ab") as log:
+        return await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            _WRAPPER,
+            "corral-task",
+            command,
+            str(files.pid_file),
+            str(files.exit_file),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+async def wait_spawned(proc: asyncio.subprocess.Process, files: TaskFiles) -> Exit:
+    returncode = await proc.wait()
+    if returncode < 0:
+        return Exit(None, -returncode, f"killed by signal {-returncode}")
+    recorded = files.read_exit_code()
+    return Exit(recorded if recorded is not None else returncode, None)
+
+
+async def wait_adopted(pid: int, start_ticks: int | None, files: TaskFiles, poll_s: float = 0.5) -> Exit:
+    """Wait for a process this agent did not spawn (re-adopted after a restart)."""
+    # Not our child: no wait() and no event to await, so poll /proc.
+    while is_same_process_alive(pid, start_ticks):  # noqa: ASYNC110
+        await asyncio.sleep(poll_s)
+    recorded = files.read_exit_code()
+    if recorded is None:
+        return Exit(None, None, "the task's process vanished without recording an exit status")
+    return Exit(recorded, None)
+
+
+def kill_group(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

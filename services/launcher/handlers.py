@@ -1,0 +1,40 @@
+"""Event handlers of the launcher service.
+
+Each runs in one transaction that first records the event as processed
+(``shared.idempotency.first_time``), so redeliveries do nothing and a rolled-back
+handler leaves no trace.
+"""
+
+from __future__ import annotations
+
+from services.launcher import repository
+from shared.bus import ConsumerConfig
+from shared.bus.streams import JOBS
+from shared.db.pool import Database
+from shared.events import Event, JobScheduled, TaskExited, TaskStarted
+from shared.idempotency import first_time
+
+CONSUMER = ConsumerConfig(
+    stream=JOBS.name,
+    durable="launcher",
+    filter_subjects=("corral.job.scheduled.>", "corral.task.started.>", "corral.task.exited.>"),
+)
+
+
+class LauncherHandlers:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def handle(self, event: Event) -> None:
+        async with self._db.transaction() as conn:
+            if not await first_time(conn, CONSUMER.durable, event.id):
+                return
+            match event:
+                case JobScheduled(data=data):
+                    await repository.create_attempts(conn, data.job_id, data.generation)
+                case TaskStarted(data=data):
+                    await repository.mark_running(conn, data.job_id)
+                case TaskExited(data=data):
+                    await repository.evaluate_job(conn, data.job_id)
+                case _:
+                    pass  # not ours (the consumer filter makes this unreachable)

@@ -1,0 +1,53 @@
+"""Composition root of the monitor service: heartbeats in, liveness out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from services.monitor.handlers import HEARTBEATS, MonitorHandlers
+from services.monitor.repository import mark_silent_nodes_unreachable
+from services.monitor.settings import Settings
+from shared.bus import ConsumerSpec, run_consumer
+from shared.db.pool import Database
+from shared.service import run_service, service_resources
+
+log = logging.getLogger(__name__)
+
+
+async def liveness_forever(db: Database, timeout_s: float, interval_s: float) -> None:
+    while True:
+        try:
+            async with db.transaction() as conn:
+                marked = await mark_silent_nodes_unreachable(conn, timeout_s)
+            for node_id in marked:
+                log.warning("node %s missed its heartbeats; now UNREACHABLE", node_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("liveness check failed (%s); will retry", exc)
+        await asyncio.sleep(interval_s)
+
+
+async def serve(settings: Settings) -> None:
+    async with service_resources("monitor", settings.common) as res:
+        handlers = MonitorHandlers(res.db)
+        async with asyncio.TaskGroup() as tg:
+            res.start_common_tasks(tg)
+            tg.create_task(
+                run_consumer(res.bus, ConsumerSpec(HEARTBEATS, handlers.handle), res.dead_letters),
+                name="heartbeats",
+            )
+            tg.create_task(
+                liveness_forever(
+                    res.db,
+                    settings.monitor.heartbeat_timeout_s,
+                    settings.monitor.liveness_interval_s,
+                ),
+                name="liveness",
+            )
+
+
+def main() -> int:
+    settings = Settings()
+    return run_service("monitor", lambda: serve(settings))

@@ -1,0 +1,1 @@
+"""The GPU exporter: one per GPU machine, publishes heartbeats with GPU readings."""

@@ -1,0 +1,80 @@
+"""Composition root of the exporter: sample the GPUs, publish a heartbeat, repeat.
+
+Heartbeats go straight to the metrics stream (no outbox: the exporter owns no table,
+and a lost heartbeat is replaced by the next one a second later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import time
+
+from services.monitor.exporter.gpus import GpuBackend, open_backend
+from services.monitor.settings import Settings
+from shared.bus.nats import NatsBus
+from shared.events import NodeTelemetry
+from shared.events.types import NodeTelemetryData
+from shared.service import Health, run_service, serve_health
+from shared.telemetry import setup_telemetry
+
+log = logging.getLogger(__name__)
+SOURCE = "corral/exporter"
+
+
+async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings) -> None:
+    node_id = settings.exporter.node_id
+    boot = int(time.time())
+    hostname = socket.gethostname()
+    for seq in itertools.count():
+        started = time.monotonic()
+        gpus = await asyncio.to_thread(backend.sample)
+        event = NodeTelemetry(
+            source=SOURCE,
+            subject=node_id,
+            id=f"{node_id}-{boot}-{seq}",
+            data=NodeTelemetryData(
+                node_id=node_id,
+                hostname=hostname,
+                simulated=backend.simulated,
+                interval_s=settings.exporter.interval_s,
+                gpus=gpus,
+            ),
+        )
+        try:
+            await bus.publish(event.nats_subject, event.model_dump_json().encode(), msg_id=event.id)
+        except Exception as exc:  # NATS down or slow: skip this beat, keep beating
+            log.warning("heartbeat not published (%s)", exc)
+        await asyncio.sleep(max(0.0, settings.exporter.interval_s - (time.monotonic() - started)))
+
+
+async def serve(settings: Settings) -> None:
+    setup_telemetry("exporter", settings.common.telemetry)
+    exporter = settings.exporter
+    backend = open_backend(
+        exporter.backend,
+        node_id=exporter.node_id,
+        simulated_gpus=exporter.simulated_gpus,
+        simulated_model=exporter.simulated_model,
+    )
+    bus = await NatsBus.connect(settings.common.nats, name=f"corral-exporter-{exporter.node_id}")
+    try:
+        await bus.ensure_streams()
+
+        async def nats_connected() -> bool:
+            return bus.nc.is_connected
+
+        health = Health("exporter", {"nats": nats_connected})
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(serve_health(health, settings.common.health), name="health")
+            tg.create_task(publish_forever(bus, backend, settings), name="heartbeats")
+    finally:
+        await bus.close()
+        backend.close()
+
+
+def main() -> int:
+    settings = Settings()
+    return run_service("exporter", lambda: serve(settings))

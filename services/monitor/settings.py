@@ -1,0 +1,37 @@
+"""Monitor and exporter settings: ``CORRAL_MONITOR_*``, ``CORRAL_EXPORTER_*``."""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.settings import CommonSettings
+
+
+class MonitorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_MONITOR_", extra="ignore")
+
+    # A node whose last heartbeat is older than this is declared UNREACHABLE.
+    heartbeat_timeout_s: float = Field(default=15.0, gt=0)
+    liveness_interval_s: float = Field(default=2.0, gt=0)
+
+
+class ExporterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_EXPORTER_", extra="ignore")
+
+    node_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    interval_s: float = Field(default=1.0, gt=0)
+    # "auto": NVML when it finds GPUs, simulated otherwise; "nvml" or "simulated" force one.
+    backend: str = Field(default="auto", pattern="^(auto|nvml|simulated)$")
+    simulated_gpus: int = Field(default=8, ge=0, le=64)
+    simulated_model: str = "Simulated H100 80GB"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    common: CommonSettings = Field(default_factory=CommonSettings)
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+    exporter: ExporterSettings = Field(default_factory=ExporterSettings)

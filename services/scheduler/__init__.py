@@ -1,0 +1,1 @@
+"""The scheduler: decides where pending jobs run (placements) and records why not."""

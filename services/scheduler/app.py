@@ -1,0 +1,30 @@
+"""Composition root of the scheduler: leadership, the cycle, and its event consumers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.scheduler.cycle import Cycle
+from services.scheduler.handlers import JOB_EVENTS, NODE_EVENTS, wake_cycle
+from services.scheduler.leader import Leadership
+from services.scheduler.settings import Settings
+from shared.bus import ConsumerSpec, run_consumer
+from shared.service import run_service, service_resources
+
+
+async def serve(settings: Settings) -> None:
+    async with service_resources("scheduler", settings.common) as res:
+        leadership = Leadership(settings.common.database.url, settings.scheduler.leader_retry_s)
+        cycle = Cycle(leadership, settings.scheduler.cycle_interval_s)
+        async with asyncio.TaskGroup() as tg:
+            res.start_common_tasks(tg)
+            tg.create_task(leadership.run(), name="leadership")
+            tg.create_task(cycle.run(), name="cycle")
+            for config in (JOB_EVENTS, NODE_EVENTS):
+                spec = ConsumerSpec(config, wake_cycle(cycle))
+                tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=config.durable)
+
+
+def main() -> int:
+    settings = Settings()
+    return run_service("scheduler", lambda: serve(settings))

@@ -1,0 +1,73 @@
+"""Leader election with a Postgres session advisory lock.
+
+The leader holds ``pg_try_advisory_lock`` on its own dedicated connection and runs each
+cycle's transaction *on that connection*. That is the fence: if the connection drops,
+the lock is released and the old leader's next transaction fails with it, so two
+schedulers can never both commit decisions. Standbys retry every ``retry_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from shared.db.pool import Connection, init_connection
+
+log = logging.getLogger(__name__)
+
+LEADER_LOCK = 0x0C0A_5C4D  # "the scheduler leader" among Corral's advisory locks
+
+
+class Leadership:
+    def __init__(self, database_url: str, retry_s: float) -> None:
+        self._url = database_url
+        self._retry_s = retry_s
+        self.conn: Connection | None = None
+        self.acquired = asyncio.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.conn is not None and not self.conn.is_closed()
+
+    async def run(self) -> None:
+        """Campaign forever; keep the connection healthy while leading."""
+        try:
+            while True:
+                if not self.is_leader:
+                    await self._campaign()
+                else:
+                    await self._check_alive()
+                await asyncio.sleep(self._retry_s)
+        finally:
+            await self._resign()
+
+    async def _campaign(self) -> None:
+        self.acquired.clear()
+        try:
+            conn: Connection = await asyncpg.connect(self._url)
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("leader election: cannot connect (%s)", exc)
+            return
+        if await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK):
+            await init_connection(conn)
+            self.conn = conn
+            self.acquired.set()
+            log.info("became the active scheduler")
+        else:
+            await conn.close()
+
+    async def _check_alive(self) -> None:
+        assert self.conn is not None
+        try:
+            await self.conn.fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            log.warning("lost the leader connection; standing down")
+            await self._resign()
+
+    async def _resign(self) -> None:
+        conn, self.conn = self.conn, None
+        self.acquired.clear()
+        if conn is not None and not conn.is_closed():
+            conn.terminate()

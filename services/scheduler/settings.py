@@ -1,0 +1,23 @@
+"""Scheduler settings: ``CORRAL_SCHEDULER_*`` plus the common groups."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.settings import CommonSettings
+
+
+class SchedulerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_SCHEDULER_", extra="ignore")
+
+    # Events wake the cycle at once; this periodic cycle catches whatever they missed.
+    cycle_interval_s: float = Field(default=2.0, gt=0)
+    leader_retry_s: float = Field(default=1.0, gt=0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    common: CommonSettings = Field(default_factory=CommonSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)

@@ -1,0 +1,29 @@
+-- name: release_finished_allocations
+-- Reconcile: allocations of jobs that reached a terminal state free their GPUs.
+UPDATE scheduler.allocations a SET released_at = now()
+FROM api.jobs j
+WHERE a.job_id = j.id AND a.released_at IS NULL
+  AND (j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') OR j.generation <> a.generation);
+
+-- name: ready_nodes
+SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices
+FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
+WHERE n.state = 'READY'
+GROUP BY n.id;
+
+-- name: live_allocations
+SELECT node_id, gpu_indices FROM scheduler.allocations WHERE released_at IS NULL;
+
+-- name: pending_jobs
+SELECT id, version, priority, spec FROM api.jobs
+WHERE state = 'PENDING' ORDER BY created_at, id LIMIT $1;
+
+-- name: mark_scheduled
+UPDATE api.jobs
+SET state = 'SCHEDULED', version = version + 1, generation = generation + 1, updated_at = now()
+WHERE id = $1 AND state = 'PENDING' AND version = $2
+RETURNING generation;
+
+-- name: insert_allocation
+INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices)
+VALUES ($1, $2, $3, $4, $5, $6);

@@ -1,0 +1,129 @@
+"""The consumer loop: fetch, parse, handle, settle — with explicit outcomes.
+
+- handler returns → ``ack``;
+- handler raises ``TransientError(delay_s)`` → ``nak`` with that delay;
+- the message does not parse/validate, or the handler raises ``PermanentError`` →
+  record it as a dead letter with the reason, then ``term`` (never redelivered);
+- any other exception → ``nak`` with a growing delay, and after ``max_deliver``
+  deliveries it is dead-lettered too. Nothing is redelivered forever.
+
+Handlers get the typed event and must be idempotent (see ``shared/idempotency.py``).
+The loop itself never dies of a bad message; it only stops when cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from opentelemetry import trace
+from pydantic import ValidationError
+
+from shared.bus.protocol import Bus, ConsumerConfig, Delivery
+from shared.errors import PermanentError, TransientError
+from shared.events.types import Event, parse_event
+from shared.telemetry import extract_context
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("corral.bus")
+
+Handler = Callable[[Event], Awaitable[None]]
+
+
+class DeadLetterSink(Protocol):
+    async def record(self, consumer: str, delivery: Delivery, reason: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    config: ConsumerConfig
+    handler: Handler
+    batch: int = 64
+    fetch_timeout_s: float = 1.0
+
+
+@dataclass
+class ConsumerStats:
+    acked: int = 0
+    nacked: int = 0
+    dead_lettered: int = 0
+
+
+async def run_consumer(
+    bus: Bus, spec: ConsumerSpec, dead_letters: DeadLetterSink, stats: ConsumerStats | None = None
+) -> None:
+    """Consume forever (until cancelled)."""
+    stats = stats or ConsumerStats()
+    subscription = await bus.subscribe(spec.config)
+    while True:
+        try:
+            deliveries = await subscription.fetch(spec.batch, spec.fetch_timeout_s)
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            log.warning("fetch on %s failed (%s); retrying", spec.config.durable, exc)
+            await asyncio.sleep(1.0)
+            continue
+        for delivery in deliveries:
+            await _settle(delivery, spec, dead_letters, stats)
+
+
+async def _settle(
+    delivery: Delivery, spec: ConsumerSpec, dead_letters: DeadLetterSink, stats: ConsumerStats
+) -> None:
+    durable = spec.config.durable
+    try:
+        event = parse_event(delivery.data)
+    except ValidationError as exc:
+        reason = f"invalid event: {_short(exc)}"
+        log.error("dead-lettering message on %s: %s", delivery.subject, reason)
+        await dead_letters.record(durable, delivery, reason)
+        await delivery.term()
+        stats.dead_lettered += 1
+        return
+
+    with tracer.start_as_current_span(
+        f"{delivery.subject} process",
+        context=extract_context(delivery.headers),
+        kind=trace.SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.destination.name": delivery.subject,
+            "messaging.consumer.group.name": durable,
+            "messaging.message.id": event.id,
+        },
+    ):
+        try:
+            await spec.handler(event)
+        except TransientError as exc:
+            log.info("%s: %s; retrying in %.1fs", durable, exc.detail, exc.delay_s)
+            await delivery.nak(exc.delay_s)
+            stats.nacked += 1
+            return
+        except PermanentError as exc:
+            await dead_letters.record(durable, delivery, f"permanent error: {exc.detail}")
+            await delivery.term()
+            stats.dead_lettered += 1
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if delivery.num_delivered >= spec.config.max_deliver:
+                reason = f"gave up after {delivery.num_delivered} deliveries: {exc!r}"
+                await dead_letters.record(durable, delivery, reason)
+                await delivery.term()
+                stats.dead_lettered += 1
+                return
+            delay = min(30.0, 0.5 * 2 ** (delivery.num_delivered - 1))
+            log.exception("%s: handler failed on %s; retry in %.1fs", durable, event.type, delay)
+            await delivery.nak(delay)
+            stats.nacked += 1
+            return
+    await delivery.ack()
+    stats.acked += 1
+
+
+def _short(exc: ValidationError) -> str:
+    errors = exc.errors()[:3]
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in errors)

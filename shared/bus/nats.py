@@ -1,0 +1,159 @@
+"""The bus over NATS JetStream (nats-py).
+
+Streams are created or updated to match ``streams.py`` at start (idempotent). Publishes
+carry ``Nats-Msg-Id`` so JetStream drops duplicates inside its window. Consumers are
+durable pull consumers with explicit acks; the client reconnects forever, so a NATS
+restart pauses the bus instead of killing the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from shared.bus.protocol import ConsumerConfig, Delivery, Subscription
+from shared.bus.streams import STREAMS, StreamSpec
+from shared.errors import TransientError
+from shared.settings import NatsSettings
+
+log = logging.getLogger(__name__)
+
+
+async def _log_connection_error(exc: Exception) -> None:
+    # nats-py logs each failed (re)connect with a traceback; one line is enough.
+    log.warning("NATS connection problem: %r", exc)
+
+
+class NatsDelivery:
+    def __init__(self, msg: Msg) -> None:
+        self._msg = msg
+
+    @property
+    def subject(self) -> str:
+        return self._msg.subject
+
+    @property
+    def data(self) -> bytes:
+        return self._msg.data
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return dict(self._msg.headers or {})
+
+    @property
+    def num_delivered(self) -> int:
+        return int(self._msg.metadata.num_delivered or 1)
+
+    @property
+    def stream_seq(self) -> int | None:
+        return self._msg.metadata.sequence.stream
+
+    async def ack(self) -> None:
+        await self._msg.ack()
+
+    async def nak(self, delay_s: float) -> None:
+        await self._msg.nak(delay=delay_s)
+
+    async def term(self) -> None:
+        await self._msg.term()
+
+
+class NatsSubscription:
+    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+        self._sub = sub
+
+    async def fetch(self, batch: int, timeout_s: float) -> Sequence[Delivery]:
+        try:
+            msgs = await self._sub.fetch(batch, timeout=timeout_s)
+        except (nats.errors.TimeoutError, TimeoutError):
+            return []  # nothing arrived within the timeout: the normal idle case
+        return [NatsDelivery(msg) for msg in msgs]
+
+
+class NatsBus:
+    def __init__(self, nc: Client, settings: NatsSettings) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self._settings = settings
+
+    @classmethod
+    async def connect(cls, settings: NatsSettings, *, name: str = "corral") -> NatsBus:
+        # nats-py retries the *first* connection forever when reconnects are unlimited;
+        # bound it, so a service with no NATS fails visibly and its supervisor retries.
+        try:
+            nc = await asyncio.wait_for(
+                nats.connect(
+                    settings.url,
+                    name=name,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.5,
+                    connect_timeout=2,
+                    allow_reconnect=True,
+                    error_cb=_log_connection_error,
+                ),
+                settings.connect_timeout_s,
+            )
+        except (OSError, TimeoutError, nats.errors.Error) as exc:
+            raise TransientError(f"cannot reach NATS at {settings.url}: {exc!r}") from exc
+        return cls(nc, settings)
+
+    async def ensure_streams(self) -> None:
+        for spec in STREAMS:
+            await self._ensure_stream(spec)
+
+    async def _ensure_stream(self, spec: StreamSpec) -> None:
+        config = api.StreamConfig(
+            name=spec.name,
+            subjects=list(spec.subjects),
+            retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE,
+            max_age=spec.max_age_s,
+            max_bytes=spec.max_bytes,
+            discard=api.DiscardPolicy.NEW if spec.discard_new else api.DiscardPolicy.OLD,
+            num_replicas=self._settings.stream_replicas,
+            duplicate_window=self._settings.duplicate_window_s,
+        )
+        try:
+            await self.js.stream_info(spec.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                await self.js.add_stream(config)
+                return
+            except nats.js.errors.BadRequestError:
+                pass  # created by a service starting at the same moment; update below
+        await self.js.update_stream(config)
+
+    async def publish(
+        self, subject: str, payload: bytes, *, msg_id: str, headers: dict[str, str] | None = None
+    ) -> None:
+        all_headers = {**(headers or {}), "Nats-Msg-Id": msg_id}
+        await self.js.publish(subject, payload, timeout=5.0, headers=all_headers)
+
+    async def subscribe(self, config: ConsumerConfig) -> Subscription:
+        consumer = api.ConsumerConfig(
+            durable_name=config.durable,
+            filter_subjects=list(config.filter_subjects),
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=config.ack_wait_s,
+            max_deliver=config.max_deliver,
+            deliver_policy=api.DeliverPolicy.ALL if config.deliver_all else api.DeliverPolicy.NEW,
+            max_ack_pending=10_000,
+        )
+        await self.js.add_consumer(config.stream, consumer)
+        sub = await self.js.pull_subscribe_bind(config.durable, stream=config.stream)
+        return NatsSubscription(sub)
+
+    async def close(self) -> None:
+        # close, not drain: publishes were already acknowledged one by one, and an
+        # unacknowledged delivery is simply redelivered; drain would wait out its
+        # 30 s timeout on the cancelled pull requests of our consumers.
+        if not self.nc.is_closed:
+            await self.nc.close()

@@ -1,0 +1,108 @@
+"""The connection pool and the transaction helper every repository uses.
+
+``Database`` wraps an ``asyncpg.Pool``. Connections are reset by asyncpg when they go
+back to the pool. JSON and JSONB columns are decoded to Python values by a codec set on
+every new connection, so repositories never call ``json.loads`` themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from shared.errors import TransientError
+from shared.settings import DatabaseSettings
+
+# A pooled connection or a dedicated one (the scheduler leader's): the same API.
+# (asyncpg's classes are generic only in its stubs, hence the TYPE_CHECKING split.)
+if TYPE_CHECKING:
+    Connection: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+    RecordPool: TypeAlias = asyncpg.Pool[asyncpg.Record]
+    PooledConnection: TypeAlias = PoolConnectionProxy[asyncpg.Record]
+else:
+    Connection = asyncpg.Connection | PoolConnectionProxy
+    RecordPool = asyncpg.Pool
+    PooledConnection = PoolConnectionProxy
+
+
+async def init_connection(conn: Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name, schema="pg_catalog", encoder=json.dumps, decoder=json.loads, format="text"
+        )
+
+
+class Database:
+    """A pool plus the conveniences repositories need; built once per process."""
+
+    def __init__(self, pool: RecordPool) -> None:
+        self.pool = pool
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A connection inside a transaction, committed on clean exit."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        async with self.pool.acquire() as conn:
+            yield conn
+
+    async def ping(self) -> bool:
+        try:
+            async with self.pool.acquire(timeout=2) as conn:
+                return bool(await conn.fetchval("SELECT 1"))
+        except (OSError, asyncpg.PostgresError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        async with self.pool.acquire() as conn:
+            return list(await conn.fetch(query, *args))
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        async with self.pool.acquire() as conn:
+            return await conn.fetchrow(query, *args)
+
+
+async def connect(settings: DatabaseSettings, *, attempts: int = 30) -> Database:
+    """Open the pool, waiting (up to ``attempts`` seconds) for Postgres to come up.
+
+    Services start in any order under the supervisor, and Postgres may be restarting;
+    waiting here instead of crashing keeps start-up quiet.
+    """
+    import asyncio
+
+    last: Exception | None = None
+    for _ in range(attempts):
+        try:
+            pool = await asyncpg.create_pool(
+                settings.url,
+                min_size=settings.pool_min_size,
+                max_size=settings.pool_max_size,
+                init=init_connection,
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            last = exc
+            await asyncio.sleep(1.0)
+            continue
+        return Database(pool)
+    raise TransientError(f"cannot reach Postgres at {_redact(settings.url)}: {last}") from last
+
+
+def _redact(url: str) -> str:
+    """Hide the password in a connection URL before it reaches a log line."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"

@@ -1,0 +1,191 @@
+CREATE SCHEMA alerter;
+CREATE SCHEMA api;
+CREATE SCHEMA corral;
+CREATE SCHEMA launcher;
+CREATE SCHEMA monitor;
+CREATE SCHEMA scheduler;
+CREATE TABLE alerter.alerts (
+    id text NOT NULL,
+    rule text NOT NULL,
+    fingerprint text NOT NULL,
+    severity text NOT NULL,
+    state text NOT NULL,
+    summary text NOT NULL,
+    labels jsonb NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT alerts_severity_check CHECK ((severity = ANY (ARRAY['info'::text, 'warning'::text, 'critical'::text]))),
+    CONSTRAINT alerts_state_check CHECK ((state = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text])))
+);
+CREATE TABLE api.jobs (
+    id text NOT NULL,
+    name text NOT NULL,
+    username text NOT NULL,
+    virtual_cluster text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    spec jsonb NOT NULL,
+    total_gpus integer NOT NULL,
+    state text NOT NULL,
+    version integer DEFAULT 1 NOT NULL,
+    generation integer DEFAULT 0 NOT NULL,
+    exit_code integer,
+    reason text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELLED'::text])))
+);
+CREATE TABLE api.tokens (
+    id text NOT NULL,
+    name text NOT NULL,
+    sha256 text NOT NULL,
+    role text NOT NULL,
+    username text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT tokens_role_check CHECK ((role = ANY (ARRAY['admin'::text, 'user'::text])))
+);
+CREATE TABLE corral.dead_letters (
+    id bigint NOT NULL,
+    consumer text NOT NULL,
+    subject text NOT NULL,
+    stream_seq bigint,
+    reason text NOT NULL,
+    payload bytea NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+CREATE SEQUENCE corral.dead_letters_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE corral.dead_letters_id_seq OWNED BY corral.dead_letters.id;
+CREATE TABLE corral.outbox (
+    id bigint NOT NULL,
+    event_id text NOT NULL,
+    subject text NOT NULL,
+    aggregate text NOT NULL,
+    part smallint NOT NULL,
+    payload bytea NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone
+);
+CREATE SEQUENCE corral.outbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE corral.outbox_id_seq OWNED BY corral.outbox.id;
+CREATE TABLE corral.processed_events (
+    consumer text NOT NULL,
+    event_id text NOT NULL,
+    processed_at timestamp with time zone DEFAULT now() NOT NULL
+);
+CREATE TABLE corral.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+CREATE TABLE launcher.attempts (
+    id text NOT NULL,
+    job_id text NOT NULL,
+    generation integer NOT NULL,
+    task_role text NOT NULL,
+    task_index integer NOT NULL,
+    attempt_no integer NOT NULL,
+    node_id text NOT NULL,
+    gpu_indices integer[] NOT NULL,
+    state text NOT NULL,
+    pid integer,
+    pid_start_ticks bigint,
+    exit_code integer,
+    signal integer,
+    reason text DEFAULT ''::text NOT NULL,
+    log_path text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
+);
+CREATE TABLE monitor.gpus (
+    node_id text NOT NULL,
+    index integer NOT NULL,
+    uuid text NOT NULL,
+    model text NOT NULL,
+    memory_total_mb integer NOT NULL,
+    utilization_pct real,
+    memory_used_mb integer,
+    temperature_c real,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+CREATE TABLE monitor.nodes (
+    id text NOT NULL,
+    hostname text NOT NULL,
+    simulated boolean NOT NULL,
+    state text NOT NULL,
+    gpu_count integer NOT NULL,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_heartbeat timestamp with time zone NOT NULL,
+    state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
+);
+CREATE TABLE scheduler.allocations (
+    job_id text NOT NULL,
+    generation integer NOT NULL,
+    task_role text NOT NULL,
+    task_index integer NOT NULL,
+    node_id text NOT NULL,
+    gpu_indices integer[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    released_at timestamp with time zone
+);
+ALTER TABLE ONLY corral.dead_letters ALTER COLUMN id SET DEFAULT nextval('corral.dead_letters_id_seq'::regclass);
+ALTER TABLE ONLY corral.outbox ALTER COLUMN id SET DEFAULT nextval('corral.outbox_id_seq'::regclass);
+ALTER TABLE ONLY alerter.alerts
+    ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.tokens
+    ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.tokens
+    ADD CONSTRAINT tokens_sha256_key UNIQUE (sha256);
+ALTER TABLE ONLY corral.dead_letters
+    ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY corral.outbox
+    ADD CONSTRAINT outbox_event_id_key UNIQUE (event_id);
+ALTER TABLE ONLY corral.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY corral.processed_events
+    ADD CONSTRAINT processed_events_pkey PRIMARY KEY (consumer, event_id);
+ALTER TABLE ONLY corral.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+ALTER TABLE ONLY launcher.attempts
+    ADD CONSTRAINT attempts_job_id_generation_task_role_task_index_key UNIQUE (job_id, generation, task_role, task_index);
+ALTER TABLE ONLY launcher.attempts
+    ADD CONSTRAINT attempts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY monitor.gpus
+    ADD CONSTRAINT gpus_pkey PRIMARY KEY (node_id, index);
+ALTER TABLE ONLY monitor.nodes
+    ADD CONSTRAINT nodes_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY scheduler.allocations
+    ADD CONSTRAINT allocations_pkey PRIMARY KEY (job_id, generation, task_role, task_index);
+CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
+CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
+CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
+CREATE INDEX outbox_sent_at ON corral.outbox USING btree (sent_at) WHERE (sent_at IS NOT NULL);
+CREATE INDEX outbox_unsent ON corral.outbox USING btree (part, id) WHERE (sent_at IS NULL);
+CREATE INDEX attempts_by_job ON launcher.attempts USING btree (job_id);
+CREATE INDEX attempts_by_node_live ON launcher.attempts USING btree (node_id) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
+CREATE UNIQUE INDEX attempts_one_live_per_task ON launcher.attempts USING btree (job_id, task_role, task_index) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
+CREATE INDEX allocations_live ON scheduler.allocations USING btree (node_id) WHERE (released_at IS NULL);
+ALTER TABLE ONLY launcher.attempts
+    ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
+ALTER TABLE ONLY monitor.gpus
+    ADD CONSTRAINT gpus_node_id_fkey FOREIGN KEY (node_id) REFERENCES monitor.nodes(id);
+ALTER TABLE ONLY scheduler.allocations
+    ADD CONSTRAINT allocations_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);

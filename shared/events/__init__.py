@@ -1,0 +1,46 @@
+"""CloudEvents-style envelope and the typed events Corral publishes.
+
+``parse_event`` is the one way to turn bytes from the bus into a typed event; anything
+it rejects is a poison message (see ``shared/bus/consumer.py``).
+"""
+
+from shared.events.envelope import Envelope, new_envelope
+from shared.events.types import (
+    AlertFiring,
+    Event,
+    JobCancelled,
+    JobFailed,
+    JobRunning,
+    JobScheduled,
+    JobSubmitted,
+    JobSucceeded,
+    NodeRegistered,
+    NodeTelemetry,
+    NodeUnreachable,
+    TaskAssigned,
+    TaskExited,
+    TaskStarted,
+    event_json_schema,
+    parse_event,
+)
+
+__all__ = [
+    "AlertFiring",
+    "Envelope",
+    "Event",
+    "JobCancelled",
+    "JobFailed",
+    "JobRunning",
+    "JobScheduled",
+    "JobSubmitted",
+    "JobSucceeded",
+    "NodeRegistered",
+    "NodeTelemetry",
+    "NodeUnreachable",
+    "TaskAssigned",
+    "TaskExited",
+    "TaskStarted",
+    "event_json_schema",
+    "new_envelope",
+    "parse_event",
+]

@@ -1,0 +1,277 @@
+"""One pydantic model per event type, parsed through one discriminated union.
+
+Subjects follow ``corral.<entity>.<verb>.<key>``: the key is the job id for job events
+(so ``corral.job.*.<job>`` follows one job, in order) and the node id for task events
+(so a node agent subscribes to ``corral.task.assigned.<its node>``). The envelope's
+``subject`` is always the entity the event is about: the job, attempt, node or alert.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.events.envelope import Envelope
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- jobs -------------------------------------------------------------------------
+
+
+class JobSubmittedData(_Data):
+    job_id: str
+    name: str
+    user: str
+    virtual_cluster: str
+    total_gpus: int
+
+
+class JobSubmitted(Envelope):
+    type: Literal["corral.job.submitted.v1"] = "corral.job.submitted.v1"
+    data: JobSubmittedData
+
+    subject_prefix: ClassVar[str] = "corral.job.submitted"
+
+
+class TaskPlacement(_Data):
+    task_role: str
+    task_index: int
+    node_id: str
+    gpu_indices: list[int]
+
+
+class JobScheduledData(_Data):
+    job_id: str
+    generation: int = Field(description="how many times this job has been placed")
+    placements: list[TaskPlacement]
+
+
+class JobScheduled(Envelope):
+    type: Literal["corral.job.scheduled.v1"] = "corral.job.scheduled.v1"
+    data: JobScheduledData
+
+    subject_prefix: ClassVar[str] = "corral.job.scheduled"
+
+
+class JobRunningData(_Data):
+    job_id: str
+    generation: int
+
+
+class JobRunning(Envelope):
+    type: Literal["corral.job.running.v1"] = "corral.job.running.v1"
+    data: JobRunningData
+
+    subject_prefix: ClassVar[str] = "corral.job.running"
+
+
+class JobEndedData(_Data):
+    job_id: str
+    generation: int
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class JobSucceeded(Envelope):
+    type: Literal["corral.job.succeeded.v1"] = "corral.job.succeeded.v1"
+    data: JobEndedData
+
+    subject_prefix: ClassVar[str] = "corral.job.succeeded"
+
+
+class JobFailed(Envelope):
+    type: Literal["corral.job.failed.v1"] = "corral.job.failed.v1"
+    data: JobEndedData
+
+    subject_prefix: ClassVar[str] = "corral.job.failed"
+
+
+class JobCancelled(Envelope):
+    type: Literal["corral.job.cancelled.v1"] = "corral.job.cancelled.v1"
+    data: JobEndedData
+
+    subject_prefix: ClassVar[str] = "corral.job.cancelled"
+
+
+# --- tasks ------------------------------------------------------------------------
+
+
+class TaskAssignedData(_Data):
+    attempt_id: str
+    job_id: str
+    generation: int
+    task_role: str
+    task_index: int
+    node_id: str
+    gpu_indices: list[int]
+
+
+class TaskAssigned(Envelope):
+    type: Literal["corral.task.assigned.v1"] = "corral.task.assigned.v1"
+    data: TaskAssignedData
+
+    subject_prefix: ClassVar[str] = "corral.task.assigned"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class TaskStartedData(_Data):
+    attempt_id: str
+    job_id: str
+    node_id: str
+    pid: int
+
+
+class TaskStarted(Envelope):
+    type: Literal["corral.task.started.v1"] = "corral.task.started.v1"
+    data: TaskStartedData
+
+    subject_prefix: ClassVar[str] = "corral.task.started"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class TaskExitedData(_Data):
+    attempt_id: str
+    job_id: str
+    node_id: str
+    exit_code: int | None = Field(description="None when the process died of a signal")
+    signal: int | None = None
+    reason: str = ""
+
+
+class TaskExited(Envelope):
+    type: Literal["corral.task.exited.v1"] = "corral.task.exited.v1"
+    data: TaskExitedData
+
+    subject_prefix: ClassVar[str] = "corral.task.exited"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+# --- nodes ------------------------------------------------------------------------
+
+
+class GpuInfo(_Data):
+    index: int
+    uuid: str
+    model: str
+    memory_total_mb: int
+
+
+class NodeRegisteredData(_Data):
+    node_id: str
+    hostname: str
+    simulated: bool
+    gpus: list[GpuInfo]
+
+
+class NodeRegistered(Envelope):
+    type: Literal["corral.node.registered.v1"] = "corral.node.registered.v1"
+    data: NodeRegisteredData
+
+    subject_prefix: ClassVar[str] = "corral.node.registered"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class NodeUnreachableData(_Data):
+    node_id: str
+    last_heartbeat_age_s: float
+
+
+class NodeUnreachable(Envelope):
+    type: Literal["corral.node.unreachable.v1"] = "corral.node.unreachable.v1"
+    data: NodeUnreachableData
+
+    subject_prefix: ClassVar[str] = "corral.node.unreachable"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class GpuSample(_Data):
+    index: int
+    uuid: str
+    model: str
+    memory_total_mb: int
+    memory_used_mb: int | None = None
+    utilization_pct: float | None = None
+    temperature_c: float | None = None
+
+
+class NodeTelemetryData(_Data):
+    node_id: str
+    hostname: str
+    simulated: bool = Field(description="true when the GPUs are Corral's simulated ones")
+    interval_s: float
+    gpus: list[GpuSample]
+
+
+class NodeTelemetry(Envelope):
+    """A node exporter's heartbeat with its GPU inventory and readings (metrics stream)."""
+
+    type: Literal["corral.metrics.node.v1"] = "corral.metrics.node.v1"
+    data: NodeTelemetryData
+    subject_prefix: ClassVar[str] = "corral.metrics.node"
+
+
+# --- alerts -----------------------------------------------------------------------
+
+
+class AlertFiringData(_Data):
+    alert_id: str
+    rule: str
+    severity: Literal["info", "warning", "critical"]
+    summary: str
+    labels: dict[str, str]
+
+
+class AlertFiring(Envelope):
+    type: Literal["corral.alert.firing.v1"] = "corral.alert.firing.v1"
+    data: AlertFiringData
+
+    subject_prefix: ClassVar[str] = "corral.alert.firing"
+
+
+Event = Annotated[
+    JobSubmitted
+    | JobScheduled
+    | JobRunning
+    | JobSucceeded
+    | JobFailed
+    | JobCancelled
+    | TaskAssigned
+    | TaskStarted
+    | TaskExited
+    | NodeRegistered
+    | NodeUnreachable
+    | NodeTelemetry
+    | AlertFiring,
+    Field(discriminator="type"),
+]
+
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(raw: bytes | str) -> Event:
+    """Validate raw JSON into its typed event; raises ``pydantic.ValidationError``."""
+    return _ADAPTER.validate_json(raw)
+
+
+def event_json_schema() -> dict[str, Any]:
+    """JSON Schema of every event type, for integrators (docs/events.md)."""
+    return _ADAPTER.json_schema()

@@ -1,0 +1,172 @@
+"""The transactional outbox and its relay.
+
+``append`` writes an event into ``corral.outbox`` on the caller's connection, inside
+the caller's transaction, so the state change and its event commit or vanish together.
+It also ``NOTIFY``s the relays, which Postgres delivers only on commit.
+
+The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
+stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
+derived from their aggregate (usually the job id). A relay takes a partition with a
+transaction-scoped advisory lock, then claims that partition's unsent rows with
+``FOR UPDATE SKIP LOCKED`` in id order and publishes them one after another, stopping
+at the first failure. So any number of relays (one per service process) share the work,
+while the events of one job reach the stream in the order they were committed. A
+crash between publish and stamp re-publishes the row; JetStream's duplicate window
+drops it, and consumers are idempotent beyond that window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from typing import Any
+
+import asyncpg
+
+from shared.aio import wait_event
+from shared.bus.protocol import Bus
+from shared.db.pool import Connection, Database, PooledConnection
+from shared.events.envelope import Envelope
+from shared.telemetry import current_traceparent
+
+log = logging.getLogger(__name__)
+
+PARTITIONS = 16
+NOTIFY_CHANNEL = "corral_outbox"
+# Class id of the partition advisory locks (the second key is the partition number).
+_RELAY_LOCK_CLASS = 0x0C0A
+
+
+def partition_of(aggregate: str) -> int:
+    return zlib.crc32(aggregate.encode()) % PARTITIONS
+
+
+async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
+    """Add ``event`` to the outbox in the caller's open transaction."""
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.append must run inside the transaction of the state change")
+    traceparent = event.traceparent or current_traceparent()
+    if traceparent and event.traceparent is None:
+        event = event.model_copy(update={"traceparent": traceparent})
+    headers = {"traceparent": traceparent} if traceparent else {}
+    await conn.execute(
+        """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+           VALUES ($1, $2, $3, $4, $5, $6)""",
+        event.id,
+        event.nats_subject,
+        aggregate,
+        partition_of(aggregate),
+        event.model_dump_json().encode(),
+        headers,
+    )
+    await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+
+
+class OutboxRelay:
+    """Publishes committed outbox rows; run one per service process (see module doc)."""
+
+    def __init__(
+        self,
+        db: Database,
+        bus: Bus,
+        *,
+        batch_size: int = 256,
+        poll_interval_s: float = 1.0,
+        retention_s: float = 24 * 3600,
+    ) -> None:
+        self._db = db
+        self._bus = bus
+        self._batch_size = batch_size
+        self._poll_interval_s = poll_interval_s
+        self._retention_s = retention_s
+        self._wakeup = asyncio.Event()
+        self.published = 0
+
+    async def run(self) -> None:
+        """Relay forever: wake on NOTIFY, and poll anyway in case a NOTIFY was missed."""
+        listener = await self._listen()
+        try:
+            cleanup_due = 0.0
+            while True:
+                self._wakeup.clear()
+                await self.relay_pending()
+                now = asyncio.get_running_loop().time()
+                if now >= cleanup_due:
+                    await self._delete_old_sent_rows()
+                    cleanup_due = now + 600
+                await wait_event(self._wakeup, self._poll_interval_s)
+        finally:
+            await self._unlisten(listener)
+
+    async def _listen(self) -> PooledConnection | None:
+        try:
+            conn = await self._db.pool.acquire()
+        except (OSError, asyncpg.PostgresError):
+            return None
+        await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        return conn
+
+    async def _unlisten(self, conn: PooledConnection | None) -> None:
+        if conn is None:
+            return
+        try:
+            await conn.remove_listener(NOTIFY_CHANNEL, self._on_notify)
+        finally:
+            await self._db.pool.release(conn)
+
+    def _on_notify(self, *_: Any) -> None:
+        self._wakeup.set()
+
+    async def relay_pending(self) -> int:
+        """Publish every unsent row now; returns how many were published."""
+        total = 0
+        while True:
+            rows = await self._db.fetch("SELECT DISTINCT part FROM corral.outbox WHERE sent_at IS NULL")
+            if not rows:
+                return total
+            published = 0
+            for row in rows:
+                published += await self._relay_partition(row["part"])
+            total += published
+            if published == 0:
+                # Every partition with work is held by another relay: let it finish.
+                return total
+
+    async def _relay_partition(self, part: int) -> int:
+        async with self._db.transaction() as conn:
+            locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, $2)", _RELAY_LOCK_CLASS, part)
+            if not locked:
+                return 0
+            rows = await conn.fetch(
+                """SELECT id, event_id, subject, payload, headers FROM corral.outbox
+                   WHERE part = $1 AND sent_at IS NULL
+                   ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED""",
+                part,
+                self._batch_size,
+            )
+            sent: list[int] = []
+            try:
+                for row in rows:
+                    await self._bus.publish(
+                        row["subject"],
+                        bytes(row["payload"]),
+                        msg_id=row["event_id"],
+                        headers=dict(row["headers"]),
+                    )
+                    sent.append(row["id"])
+            except Exception:
+                # Keep order: stop at the first failure, stamp what got through, retry later.
+                log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
+            if sent:
+                await conn.execute(
+                    "UPDATE corral.outbox SET sent_at = now() WHERE id = ANY($1::bigint[])", sent
+                )
+            self.published += len(sent)
+            return len(sent)
+
+    async def _delete_old_sent_rows(self) -> None:
+        await self._db.fetch(
+            "DELETE FROM corral.outbox WHERE sent_at < now() - make_interval(secs => $1) RETURNING id",
+            self._retention_s,
+        )

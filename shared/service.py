@@ -1,0 +1,173 @@
+"""The runtime every Corral service shares: resources, root tasks, health, shutdown.
+
+A service's composition root (``services/<name>/app.py``) does::
+
+    async with service_resources("scheduler", settings.common) as res:
+        async with asyncio.TaskGroup() as tg:
+            res.start_common_tasks(tg)          # health endpoint + outbox relay
+            tg.create_task(my_loop(res))        # the service's own loops
+
+``service_resources`` builds telemetry, the Postgres pool (running migrations), the NATS
+bus (ensuring streams) and the dead-letter sink, and closes them in reverse order.
+``run_service`` turns SIGTERM/SIGINT into a clean cancellation (exit 0) and a root task
+that dies into exit status 1, so the supervisor restarts the process. There are no
+untracked tasks: everything runs under the one TaskGroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from shared.bus.nats import NatsBus
+from shared.db.migrations import apply_migrations
+from shared.db.pool import Database, connect
+from shared.deadletters import PostgresDeadLetters
+from shared.outbox import OutboxRelay
+from shared.settings import CommonSettings, HealthSettings
+from shared.telemetry import setup_telemetry
+
+log = logging.getLogger(__name__)
+
+ReadinessCheck = Callable[[], Awaitable[bool]]
+
+
+@dataclass
+class Health:
+    """Liveness is "the event loop answers"; readiness runs the named checks."""
+
+    service: str
+    checks: dict[str, ReadinessCheck] = field(default_factory=dict)
+
+    async def readiness(self) -> tuple[bool, dict[str, bool]]:
+        results = {name: await check() for name, check in self.checks.items()}
+        return all(results.values()), results
+
+
+def health_routes(health: Health) -> list[Route]:
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "service": health.service})
+
+    async def readyz(_: Request) -> JSONResponse:
+        ready, results = await health.readiness()
+        return JSONResponse(
+            {"ready": ready, "service": health.service, "checks": results},
+            status_code=200 if ready else 503,
+        )
+
+    return [Route("/healthz", healthz), Route("/readyz", readyz)]
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn run as one task among others: signals belong to ``run_service``."""
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def install_signal_handlers(self) -> None:
+        return None
+
+
+async def serve_http(app: Starlette, host: str, port: int, name: str) -> None:
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+    server = EmbeddedServer(config)
+    try:
+        await server.serve()
+    finally:
+        server.should_exit = True
+    if not server.started:
+        raise RuntimeError(f"{name}: could not serve HTTP on {host}:{port}")
+
+
+async def serve_health(health: Health, settings: HealthSettings) -> None:
+    if settings.port is None:
+        await asyncio.Event().wait()  # endpoint switched off; idle like any root task
+        return
+    await serve_http(Starlette(routes=health_routes(health)), settings.host, settings.port, health.service)
+
+
+@dataclass
+class ServiceResources:
+    name: str
+    settings: CommonSettings
+    db: Database
+    bus: NatsBus
+    dead_letters: PostgresDeadLetters
+    relay: OutboxRelay
+    health: Health
+
+    def start_common_tasks(self, tg: asyncio.TaskGroup) -> None:
+        tg.create_task(serve_health(self.health, self.settings.health), name="health")
+        tg.create_task(self.relay.run(), name="outbox-relay")
+
+
+@asynccontextmanager
+async def service_resources(name: str, settings: CommonSettings) -> AsyncIterator[ServiceResources]:
+    setup_telemetry(name, settings.telemetry)
+    async with AsyncExitStack() as stack:
+        db = await connect(settings.database)
+        stack.push_async_callback(db.close)
+        if settings.database.migrate_on_start:
+            await apply_migrations(db)
+        bus = await NatsBus.connect(settings.nats, name=f"corral-{name}")
+        stack.push_async_callback(bus.close)
+        await bus.ensure_streams()
+
+        async def nats_connected() -> bool:
+            return bus.nc.is_connected
+
+        health = Health(name, {"postgres": db.ping, "nats": nats_connected})
+        yield ServiceResources(
+            name=name,
+            settings=settings,
+            db=db,
+            bus=bus,
+            dead_letters=PostgresDeadLetters(db),
+            relay=OutboxRelay(db, bus),
+            health=health,
+        )
+        log.info("%s shutting down", name)
+
+
+def run_service(name: str, main: Callable[[], Awaitable[None]]) -> int:
+    """Run ``main`` until SIGTERM/SIGINT (exit 0) or until a root task dies (exit 1)."""
+
+    async def runner() -> int:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None
+        stopping = asyncio.Event()
+
+        def stop() -> None:
+            if not stopping.is_set():
+                stopping.set()
+                me.cancel()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop)
+        try:
+            await main()
+        except asyncio.CancelledError:
+            if stopping.is_set():
+                return 0
+            raise
+        return 0
+
+    try:
+        return asyncio.run(runner())
+    except KeyboardInterrupt:
+        return 0
+    except BaseException:
+        logging.getLogger(name).exception("%s: a root task died; exiting 1", name)
+        return 1

@@ -1,0 +1,78 @@
+"""Fixtures for the whole suite: real Postgres, real NATS, and leak checks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from shared.bus.nats import NatsBus
+from shared.db.migrations import apply_migrations
+from shared.db.pool import Database, connect
+from shared.settings import DatabaseSettings, NatsSettings
+from tests.infra import PostgresServer, nats_server, postgres_server, unique_name
+
+TEMPLATE = "corral_template"
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+
+        async def make_template() -> None:
+            admin = await asyncpg.connect(server.url("postgres"))
+            await admin.execute(f"CREATE DATABASE {TEMPLATE}")
+            await admin.close()
+            db = await connect(DatabaseSettings(url=server.url(TEMPLATE)))
+            await apply_migrations(db)
+            await db.close()
+
+        asyncio.run(make_template())
+        yield server
+
+
+@pytest.fixture
+async def database_url(pg: PostgresServer) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone."""
+    name = unique_name("t")
+    admin = await asyncpg.connect(pg.url("postgres"))
+    try:
+        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+        yield pg.url(name)
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = await connect(DatabaseSettings(url=database_url, pool_max_size=10))
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def nats_url() -> Iterator[str]:
+    """A NATS server with JetStream for this test alone."""
+    with nats_server() as url:
+        yield url
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[NatsBus]:
+    connected = await NatsBus.connect(NatsSettings(url=nats_url))
+    await connected.ensure_streams()
+    yield connected
+    await connected.close()
+
+
+@pytest.fixture(autouse=True)
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running behind it."""
+    before = asyncio.all_tasks()
+    yield
+    await asyncio.sleep(0)
+    leaked = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task() and not t.done()]
+    assert not leaked, f"test leaked asyncio tasks: {leaked}"

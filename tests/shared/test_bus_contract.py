@@ -1,0 +1,197 @@
+"""The bus contract, run against real NATS JetStream and the in-memory bus alike."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from corral.local.ports import free_port
+from shared.bus import ConsumerConfig, ConsumerSpec, Delivery, run_consumer
+from shared.bus.memory import MemoryBus, subject_matches
+from shared.bus.nats import NatsBus
+from shared.bus.protocol import Bus
+from shared.bus.streams import JOBS
+from shared.errors import PermanentError, TransientError
+from shared.events import Event, JobSubmitted
+from shared.events.types import JobSubmittedData
+from shared.settings import NatsSettings
+
+
+@pytest.fixture(params=["nats", "memory"])
+async def any_bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
+    bus: Bus
+    if request.param == "memory":
+        bus = MemoryBus()
+    else:
+        bus = await NatsBus.connect(NatsSettings(url=request.getfixturevalue("nats_url")))
+    await bus.ensure_streams()
+    yield bus
+    await bus.close()
+
+
+def _event(job: str, name: str = "hello") -> JobSubmitted:
+    return JobSubmitted(
+        source="test",
+        subject=job,
+        data=JobSubmittedData(job_id=job, name=name, user="ada", virtual_cluster="default", total_gpus=1),
+    )
+
+
+async def _publish(bus: Bus, event: JobSubmitted) -> None:
+    await bus.publish(event.nats_subject, event.model_dump_json().encode(), msg_id=event.id)
+
+
+CONFIG = ConsumerConfig(stream=JOBS.name, durable="contract", filter_subjects=("corral.job.submitted.>",))
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, bytes]] = []
+
+    async def record(self, consumer: str, delivery: Delivery, reason: str) -> None:
+        self.records.append((consumer, reason, delivery.data))
+
+
+async def _consume_until(bus: Bus, spec: ConsumerSpec, sink: RecordingSink, done: asyncio.Event) -> None:
+    task = asyncio.create_task(run_consumer(bus, spec, sink))
+    try:
+        await asyncio.wait_for(done.wait(), 15)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_streams_can_be_ensured_again(any_bus: Bus) -> None:
+    await any_bus.ensure_streams()
+    await any_bus.ensure_streams()
+
+
+async def test_duplicate_msg_id_is_delivered_once_and_events_arrive_in_order(any_bus: Bus) -> None:
+    events = [_event(f"job-{i}") for i in range(5)]
+    for event in events:
+        await _publish(any_bus, event)
+    await _publish(any_bus, events[2])  # a relay re-publishing after a crash
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handle(event: Event) -> None:
+        seen.append(event.subject)
+        if len(seen) >= 5:
+            done.set()
+
+    await _consume_until(any_bus, ConsumerSpec(CONFIG, handle, fetch_timeout_s=0.2), RecordingSink(), done)
+    await asyncio.sleep(0.3)
+    assert seen == [e.subject for e in events]
+
+
+async def test_transient_error_redelivers_after_the_delay(any_bus: Bus) -> None:
+    await _publish(any_bus, _event("job-t"))
+    attempts: list[float] = []
+    done = asyncio.Event()
+
+    async def handle(_: Event) -> None:
+        attempts.append(asyncio.get_running_loop().time())
+        if len(attempts) == 1:
+            raise TransientError("database busy", delay_s=0.5)
+        done.set()
+
+    await _consume_until(any_bus, ConsumerSpec(CONFIG, handle, fetch_timeout_s=0.2), RecordingSink(), done)
+    assert len(attempts) == 2
+    assert attempts[1] - attempts[0] >= 0.4
+
+
+async def test_poison_message_is_dead_lettered_and_the_consumer_goes_on(any_bus: Bus) -> None:
+    await any_bus.publish(
+        "corral.job.submitted.bad", b'{"type": "corral.job.submitted.v1"}', msg_id="poison-1"
+    )
+    await _publish(any_bus, _event("job-after"))
+    handled: list[str] = []
+    done = asyncio.Event()
+
+    async def handle(event: Event) -> None:
+        handled.append(event.subject)
+        done.set()
+
+    sink = RecordingSink()
+    await _consume_until(any_bus, ConsumerSpec(CONFIG, handle, fetch_timeout_s=0.2), sink, done)
+    assert handled == ["job-after"]
+    assert len(sink.records) == 1
+    consumer, reason, payload = sink.records[0]
+    assert consumer == "contract"
+    assert reason.startswith("invalid event:")
+    assert "source: Field required" in reason
+    assert payload == b'{"type": "corral.job.submitted.v1"}'
+
+
+async def test_permanent_error_is_dead_lettered_once(any_bus: Bus) -> None:
+    await _publish(any_bus, _event("job-p"))
+    await _publish(any_bus, _event("job-q"))
+    calls: list[str] = []
+    done = asyncio.Event()
+
+    async def handle(event: Event) -> None:
+        calls.append(event.subject)
+        if event.subject == "job-p":
+            raise PermanentError("spec refers to a deleted virtual cluster")
+        done.set()
+
+    sink = RecordingSink()
+    await _consume_until(any_bus, ConsumerSpec(CONFIG, handle, fetch_timeout_s=0.2), sink, done)
+    await asyncio.sleep(0.3)
+    assert calls == ["job-p", "job-q"]
+    assert [r[1] for r in sink.records] == ["permanent error: spec refers to a deleted virtual cluster"]
+
+
+async def test_a_crashing_handler_is_retried_then_dead_lettered(any_bus: Bus) -> None:
+    config = ConsumerConfig(
+        stream=JOBS.name, durable="crashy", filter_subjects=("corral.job.submitted.>",), max_deliver=3
+    )
+    await _publish(any_bus, _event("job-c"))
+    calls = 0
+    sink = RecordingSink()
+    done = asyncio.Event()
+
+    async def handle(_: Event) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            asyncio.get_running_loop().call_later(0.2, done.set)
+        raise RuntimeError("bug")
+
+    await _consume_until(any_bus, ConsumerSpec(config, handle, fetch_timeout_s=0.2), sink, done)
+    assert calls == 3
+    assert len(sink.records) == 1
+    assert "gave up after 3 deliveries" in sink.records[0][1]
+
+
+async def test_a_durable_consumer_resumes_where_it_stopped(any_bus: Bus) -> None:
+    await _publish(any_bus, _event("job-1"))
+    first = await any_bus.subscribe(CONFIG)
+    [delivery] = await first.fetch(10, 1.0)
+    await delivery.ack()
+    await _publish(any_bus, _event("job-2"))
+    again = await any_bus.subscribe(CONFIG)
+    deliveries = await again.fetch(10, 1.0)
+    assert [d.subject for d in deliveries] == ["corral.job.submitted.job-2"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "subject", "expected"),
+    [
+        ("corral.job.>", "corral.job.submitted.j1", True),
+        ("corral.job.*.j1", "corral.job.failed.j1", True),
+        ("corral.job.*", "corral.job.failed.j1", False),
+        ("corral.task.assigned.n1", "corral.task.assigned.n10", False),
+        ("corral.>", "corral", False),
+    ],
+)
+def test_memory_bus_matches_subjects_like_nats(pattern: str, subject: str, expected: bool) -> None:
+    assert subject_matches(pattern, subject) is expected
+
+
+async def test_nats_bus_reports_an_unreachable_server() -> None:
+    with pytest.raises(TransientError, match="cannot reach NATS"):
+        await NatsBus.connect(NatsSettings(url=f"nats://127.0.0.1:{free_port()}", connect_timeout_s=1))
