@@ -12,3 +12,10 @@ async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def raise_if_cancelling() -> None:
+    """Re-raise a pending cancellation that a library turned into another exception."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -22,11 +22,9 @@ import logging
 import zlib
 from typing import Any
 
-import asyncpg
-
 from shared.aio import wait_event
 from shared.bus.protocol import Bus
-from shared.db.pool import Connection, Database, PooledConnection
+from shared.db.pool import Connection, Database
 from shared.events.envelope import Envelope
 from shared.telemetry import current_traceparent
 
@@ -84,9 +82,13 @@ class OutboxRelay:
         self.published = 0
 
     async def run(self) -> None:
-        """Relay forever: wake on NOTIFY, and poll anyway in case a NOTIFY was missed."""
-        listener = await self._listen()
-        try:
+        """Relay forever: wake on NOTIFY, and poll anyway in case a NOTIFY was missed.
+
+        The listening connection comes from the pool and goes back on exit; asyncpg's
+        reset on release drops the LISTEN, so nothing needs undoing by hand.
+        """
+        async with self._db.connection() as listener:
+            await listener.add_listener(NOTIFY_CHANNEL, self._on_notify)
             cleanup_due = 0.0
             while True:
                 self._wakeup.clear()
@@ -96,24 +98,6 @@ class OutboxRelay:
                     await self._delete_old_sent_rows()
                     cleanup_due = now + 600
                 await wait_event(self._wakeup, self._poll_interval_s)
-        finally:
-            await self._unlisten(listener)
-
-    async def _listen(self) -> PooledConnection | None:
-        try:
-            conn = await self._db.pool.acquire()
-        except (OSError, asyncpg.PostgresError):
-            return None
-        await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
-        return conn
-
-    async def _unlisten(self, conn: PooledConnection | None) -> None:
-        if conn is None:
-            return
-        try:
-            await conn.remove_listener(NOTIFY_CHANNEL, self._on_notify)
-        finally:
-            await self._db.pool.release(conn)
 
     def _on_notify(self, *_: Any) -> None:
         self._wakeup.set()

@@ -84,6 +84,10 @@ async def serve_http(app: Starlette, host: str, port: int, name: str) -> None:
     server = EmbeddedServer(config)
     try:
         await server.serve()
+    except SystemExit as exc:
+        # uvicorn calls sys.exit(1) when it cannot bind; inside a TaskGroup that must be
+        # an ordinary error, so the group fails and the process exits non-zero.
+        raise RuntimeError(f"{name}: could not serve HTTP on {host}:{port}") from exc
     finally:
         server.should_exit = True
     if not server.started:

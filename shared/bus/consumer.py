@@ -22,6 +22,7 @@ from typing import Protocol
 from opentelemetry import trace
 from pydantic import ValidationError
 
+from shared.aio import raise_if_cancelling
 from shared.bus.protocol import Bus, ConsumerConfig, Delivery
 from shared.errors import PermanentError, TransientError
 from shared.events.types import Event, parse_event
@@ -62,6 +63,7 @@ async def run_consumer(
         try:
             deliveries = await subscription.fetch(spec.batch, spec.fetch_timeout_s)
         except (ConnectionError, OSError, TimeoutError) as exc:
+            raise_if_cancelling()
             log.warning("fetch on %s failed (%s); retrying", spec.config.durable, exc)
             await asyncio.sleep(1.0)
             continue

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
+from shared.aio import raise_if_cancelling
 from shared.bus.protocol import ConsumerConfig, Delivery, Subscription
 from shared.bus.streams import STREAMS, StreamSpec
 from shared.errors import TransientError
@@ -74,6 +75,9 @@ class NatsSubscription:
         try:
             msgs = await self._sub.fetch(batch, timeout=timeout_s)
         except (nats.errors.TimeoutError, TimeoutError):
+            # nats-py can turn our own cancellation into a TimeoutError; never swallow
+            # a cancel, or a TaskGroup shutting down would wait on this task forever.
+            raise_if_cancelling()
             return []  # nothing arrived within the timeout: the normal idle case
         return [NatsDelivery(msg) for msg in msgs]
 

@@ -7,7 +7,9 @@ every new connection, so repositories never call ``json.loads`` themselves.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -17,6 +19,8 @@ from asyncpg.pool import PoolConnectionProxy
 
 from shared.errors import TransientError
 from shared.settings import DatabaseSettings
+
+log = logging.getLogger(__name__)
 
 # A pooled connection or a dedicated one (the scheduler leader's): the same API.
 # (asyncpg's classes are generic only in its stubs, hence the TYPE_CHECKING split.)
@@ -61,8 +65,17 @@ class Database:
         except (OSError, asyncpg.PostgresError, TimeoutError):
             return False
 
-    async def close(self) -> None:
-        await self.pool.close()
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Close gracefully; a connection still held after ``timeout_s`` is cut.
+
+        A task cancelled in the middle of a query can leave its connection to be
+        released late (or never, if it died oddly); shutdown must not wait on it.
+        """
+        try:
+            await asyncio.wait_for(self.pool.close(), timeout_s)
+        except TimeoutError:
+            log.warning("connections still in use after %.0fs; terminating the pool", timeout_s)
+            self.pool.terminate()
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         async with self.pool.acquire() as conn:
@@ -79,8 +92,6 @@ async def connect(settings: DatabaseSettings, *, attempts: int = 30) -> Database
     Services start in any order under the supervisor, and Postgres may be restarting;
     waiting here instead of crashing keeps start-up quiet.
     """
-    import asyncio
-
     last: Exception | None = None
     for _ in range(attempts):
         try:

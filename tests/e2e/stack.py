@@ -1,0 +1,160 @@
+"""A whole Corral stack as real processes, started by the same supervisor as ``make up``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from corral.local.ports import child_output, free_port
+
+# Short intervals keep the fault tests quick; they are the knobs a user would turn too.
+FAST_LOOPS = {
+    "CORRAL_SCHEDULER_CYCLE_INTERVAL_S": "0.5",
+    "CORRAL_SCHEDULER_LEADER_RETRY_S": "0.5",
+    "CORRAL_LAUNCHER_RECONCILE_INTERVAL_S": "1",
+    "CORRAL_AGENT_RECONCILE_INTERVAL_S": "1",
+}
+
+
+@dataclass
+class Stack:
+    home: Path
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            **FAST_LOOPS,
+            **self.env,
+            "CORRAL_HOME": str(self.home),
+            "CORRAL_PORT": str(self.port),
+        }
+        self.home.mkdir(parents=True, exist_ok=True)
+        with child_output(self.home / "supervisor.log") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "corral", "up"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def pid(self, service: str) -> int:
+        return int((self.home / "run" / f"{service}.pid").read_text())
+
+    def kill(self, service: str) -> int:
+        """SIGKILL one service, as a crash would; the supervisor restarts it."""
+        pid = self.pid(service)
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    async def wait_restarted(self, service: str, old_pid: int, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if self.pid(service) != old_pid:
+                    return
+            except (FileNotFoundError, ValueError):
+                pass
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{service} was not restarted within {timeout_s}s")
+
+    def release(self, job_id: str) -> None:
+        """Let a HOLD task finish (it polls for this file in its working directory)."""
+        work = self.home / "work" / job_id
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "release").touch()
+
+    def token(self) -> str:
+        return (self.home / "admin-token").read_text().strip()
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.base_url, headers={"Authorization": f"Bearer {self.token()}"}, timeout=10
+        )
+
+    async def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """The API answers and the node has registered its GPUs."""
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=2) as http:
+            while time.monotonic() < deadline:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise AssertionError(f"supervisor exited: {self.logs('supervisor')}")
+                try:
+                    if (await http.get("/readyz")).status_code == 200 and await self._node_registered():
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"stack not ready in {timeout_s}s:\n{self.logs('supervisor')}")
+
+    async def _node_registered(self) -> bool:
+        url = self.env.get("CORRAL_DATABASE_URL")
+        if url is None:
+            return True  # private servers: jobs simply wait in PENDING until the node is in
+        conn = await asyncpg.connect(url)
+        try:
+            return bool(await conn.fetchval("SELECT count(*) FROM monitor.nodes WHERE state = 'READY'"))
+        finally:
+            await conn.close()
+
+    def logs(self, service: str) -> str:
+        path = self.home / ("supervisor.log" if service == "supervisor" else f"logs/services/{service}.log")
+        try:
+            return path.read_text(errors="replace")[-5000:]
+        except FileNotFoundError:
+            return ""
+
+
+# A task that runs until the test lets it go: `stack.release(job_id)`.
+HOLD = "until [ -f release ]; do sleep 0.05; done; echo released"
+
+
+async def submit(http: httpx.AsyncClient, command: str, *, gpus: int = 1, name: str = "hello") -> str:
+    spec = {
+        "name": name,
+        "tasks": [{"name": "main", "instances": 1, "command": command, "resources": {"gpus": gpus}}],
+    }
+    response = await http.post("/api/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+async def wait_state(
+    http: httpx.AsyncClient, job_id: str, states: Iterable[str], timeout_s: float = 30.0
+) -> dict[str, Any]:
+    wanted = set(states)
+    deadline = time.monotonic() + timeout_s
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = (await http.get(f"/api/v1/jobs/{job_id}")).json()
+        if job["state"] in wanted:
+            return job
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} stayed {job.get('state')}, wanted {sorted(wanted)}: {job}")

@@ -1,0 +1,143 @@
+"""The transactional outbox and its relay, against real Postgres and real NATS."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from shared.bus.nats import NatsBus
+from shared.db.pool import Database
+from shared.events import JobSubmitted
+from shared.events.types import JobSubmittedData
+from shared.outbox import OutboxRelay, append
+from shared.settings import NatsSettings
+
+
+def _event(job: str, name: str = "step") -> JobSubmitted:
+    return JobSubmitted(
+        source="test",
+        subject=job,
+        data=JobSubmittedData(job_id=job, name=name, user="ada", virtual_cluster="default", total_gpus=1),
+    )
+
+
+async def _stream_messages(
+    bus: NatsBus, subject: str = "corral.job.>"
+) -> list[tuple[str, bytes, dict[str, str]]]:
+    """Everything on the JOBS stream, read with an ephemeral ordered consumer."""
+    sub = await bus.js.subscribe(subject, ordered_consumer=True)
+    messages: list[tuple[str, bytes, dict[str, str]]] = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.5)
+            except TimeoutError:
+                return messages
+            messages.append((msg.subject, msg.data, dict(msg.headers or {})))
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_append_needs_the_callers_transaction(db: Database) -> None:
+    async with db.connection() as conn:
+        with pytest.raises(RuntimeError, match="inside the transaction"):
+            await append(conn, _event("job-1"), aggregate="job-1")
+
+
+async def test_a_rolled_back_change_leaves_no_event(db: Database) -> None:
+    class Abort(Exception):
+        pass
+
+    async def change_then_fail() -> None:
+        async with db.transaction() as conn:
+            await append(conn, _event("job-1"), aggregate="job-1")
+            raise Abort
+
+    with pytest.raises(Abort):
+        await change_then_fail()
+    assert await db.fetchrow("SELECT 1 FROM corral.outbox") is None
+
+
+async def test_relay_publishes_with_msg_id_and_traceparent_then_marks_sent(
+    db: Database, bus: NatsBus
+) -> None:
+    provider = TracerProvider()
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("submit") as span:
+        async with db.transaction() as conn:
+            event = _event("job-1")
+            await append(conn, event, aggregate="job-1")
+        trace_id = format(span.get_span_context().trace_id, "032x")
+    relay = OutboxRelay(db, bus)
+    assert await relay.relay_pending() == 1
+    [(subject, data, headers)] = await _stream_messages(bus)
+    assert subject == "corral.job.submitted.job-1"
+    assert headers["Nats-Msg-Id"] == event.id
+    assert trace_id in headers["traceparent"]
+    assert trace_id in JobSubmitted.model_validate_json(data).traceparent  # type: ignore[operator]
+    row = await db.fetchrow("SELECT sent_at FROM corral.outbox")
+    assert row is not None
+    assert row["sent_at"] is not None
+    assert await relay.relay_pending() == 0
+
+
+async def test_concurrent_relays_keep_each_jobs_events_in_order_without_duplicates(
+    db: Database, bus: NatsBus
+) -> None:
+    jobs = [f"job-{i}" for i in range(6)]
+    expected: dict[str, list[str]] = defaultdict(list)
+
+    async def writer(job: str) -> None:
+        for step in range(25):
+            async with db.transaction() as conn:
+                await append(conn, _event(job, f"step-{step}"), aggregate=job)
+            expected[job].append(f"step-{step}")
+            await asyncio.sleep(0)
+
+    relays = [OutboxRelay(db, bus, batch_size=7) for _ in range(3)]
+
+    async def relay_loop(relay: OutboxRelay, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await relay.relay_pending()
+            await asyncio.sleep(0.001)
+        await relay.relay_pending()
+
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        loops = [tg.create_task(relay_loop(relay, stop)) for relay in relays]
+        await asyncio.gather(*(writer(job) for job in jobs))
+        stop.set()
+        await asyncio.gather(*loops)
+    for relay in relays:
+        await relay.relay_pending()
+
+    seen: dict[str, list[str]] = defaultdict(list)
+    for _, data, _ in await _stream_messages(bus):
+        event = JobSubmitted.model_validate_json(data)
+        seen[event.data.job_id].append(event.data.name)
+    assert seen == expected
+    assert sum(r.published for r in relays) == 6 * 25
+    assert sum(1 for r in relays if r.published) >= 2, "the relays should have shared the work"
+
+
+async def test_rows_wait_while_nats_is_down_and_go_out_when_it_is_back(db: Database, nats_url: str) -> None:
+    bus = await NatsBus.connect(NatsSettings(url=nats_url))
+    await bus.ensure_streams()
+    async with db.transaction() as conn:
+        await append(conn, _event("job-1"), aggregate="job-1")
+    await bus.nc.close()  # the relay's connection is gone
+    relay = OutboxRelay(db, bus)
+    assert await relay.relay_pending() == 0
+    row = await db.fetchrow("SELECT sent_at FROM corral.outbox")
+    assert row is not None
+    assert row["sent_at"] is None
+
+    again = await NatsBus.connect(NatsSettings(url=nats_url))
+    try:
+        assert await OutboxRelay(db, again).relay_pending() == 1
+        assert len(await _stream_messages(again)) == 1
+    finally:
+        await again.close()
