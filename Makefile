@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck contracts pytest venv clean
+.PHONY: up test lint typecheck contracts pytest venv clean schema
 
 venv: $(STAMP)
 
@@ -36,3 +36,6 @@ pytest: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .corral .mypy_cache .pytest_cache .ruff_cache
+
+schema: $(STAMP)
+	$(BIN)/python -m tests.schema_snapshot

@@ -1,0 +1,75 @@
+"""The foundation's placement policy: whole gangs or nothing, never a GPU twice."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.scheduler.placement import NodeCapacity, PendingJob, TaskDemand, decide, place_gang
+
+
+def _nodes(*free: int) -> dict[str, NodeCapacity]:
+    return {f"n{i}": NodeCapacity(f"n{i}", list(range(count))) for i, count in enumerate(free)}
+
+
+def _job(job_id: str, *tasks: tuple[int, int], priority: int = 0) -> PendingJob:
+    demands = tuple(TaskDemand(f"r{i}", instances, gpus) for i, (instances, gpus) in enumerate(tasks))
+    return PendingJob(job_id, 1, priority, demands)
+
+
+def test_a_gang_that_does_not_fit_takes_nothing() -> None:
+    nodes = _nodes(8, 4)
+    assert place_gang(_job("j", (4, 4)), nodes) is None  # 16 GPUs wanted, 12 exist
+    assert [n.free_gpus for n in nodes.values()] == [list(range(8)), list(range(4))]
+
+
+def test_best_fit_keeps_the_big_node_free() -> None:
+    nodes = _nodes(8, 2)
+    [placement] = place_gang(_job("j", (1, 2)), nodes) or []
+    assert placement.node_id == "n1"
+    assert nodes["n0"].free_gpus == list(range(8))
+
+
+def test_a_job_that_does_not_fit_does_not_block_smaller_ones() -> None:
+    nodes = _nodes(4)
+    decisions = decide([_job("big", (1, 8)), _job("small", (1, 1))], nodes)
+    assert [d.job.job_id for d in decisions] == ["small"]
+
+
+def test_higher_priority_goes_first() -> None:
+    nodes = _nodes(4)
+    decisions = decide([_job("low", (1, 4)), _job("high", (1, 4), priority=5)], nodes)
+    assert [d.job.job_id for d in decisions] == ["high"]
+
+
+jobs_strategy = st.lists(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 8)), min_size=1, max_size=3),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(free=st.lists(st.integers(0, 8), min_size=1, max_size=6), jobs=jobs_strategy)
+def test_no_gpu_is_given_twice_and_gangs_are_whole(
+    free: list[int], jobs: list[list[tuple[int, int]]]
+) -> None:
+    nodes = _nodes(*free)
+    pending = [_job(f"j{i}", *tasks) for i, tasks in enumerate(jobs)]
+    decisions = decide(pending, nodes)
+    taken: set[tuple[str, int]] = set()
+    for decision in decisions:
+        wanted = sum(t.instances for t in decision.job.tasks)
+        assert len(decision.placements) == wanted, "a gang is placed whole"
+        for task in decision.job.tasks:
+            for placement in (p for p in decision.placements if p.role == task.role):
+                assert len(placement.gpu_indices) == task.gpus
+        for placement in decision.placements:
+            for gpu in placement.gpu_indices:
+                assert (placement.node_id, gpu) not in taken, "a GPU was given twice"
+                assert gpu < free[int(placement.node_id[1:])]
+                taken.add((placement.node_id, gpu))
+    # What is left free is exactly what was not taken.
+    left = {(n, g) for n, node in nodes.items() for g in node.free_gpus}
+    everything = {(f"n{i}", g) for i, count in enumerate(free) for g in range(count)}
+    assert left == everything - taken
