@@ -80,6 +80,17 @@ def install_problem_handlers(app: FastAPI) -> None:
                 f"the request body is not valid JSON ({position}); send a JSON object",
                 request.url.path,
             )
+        content_type = request.headers.get("content-type", "")
+        body_not_parsed = any(tuple(e.get("loc", ())) == ("body",) for e in errors)
+        if body_not_parsed and request.method in ("POST", "PUT", "PATCH") and "json" not in content_type:
+            return problem(
+                415,
+                "unsupported-media-type",
+                "Unsupported media type",
+                f"the body was sent as {content_type or 'no content type'!r}; send a JSON object "
+                "with 'Content-Type: application/json'",
+                request.url.path,
+            )
         fields = describe_validation_errors(errors)
         summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
         return problem(

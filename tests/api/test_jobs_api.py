@@ -117,6 +117,18 @@ async def test_garbage_json_names_the_problem(client: httpx.AsyncClient) -> None
     assert "not valid JSON" in response.json()["detail"]
 
 
+async def test_a_body_that_is_not_sent_as_json_is_a_415(client: httpx.AsyncClient, db: Database) -> None:
+    # What `curl -d '{...}'` does without -H 'Content-Type: application/json'.
+    response = await client.post(
+        "/api/v1/jobs",
+        content=json.dumps(HELLO),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 415
+    assert "Content-Type: application/json" in response.json()["detail"]
+    assert await _counts(db) == (0, 0)
+
+
 async def test_a_huge_body_is_refused_before_it_is_read(client: httpx.AsyncClient, db: Database) -> None:
     spec = _with(tasks__0__command="x" * 100_000)
     response = await client.post("/api/v1/jobs", json=spec)

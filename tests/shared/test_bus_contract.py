@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 
 from corral.local.ports import free_port
 from shared.bus import ConsumerConfig, ConsumerSpec, Delivery, run_consumer
@@ -41,6 +44,18 @@ def _event(job: str, name: str = "hello") -> JobSubmitted:
 
 async def _publish(bus: Bus, event: JobSubmitted) -> None:
     await bus.publish(event.nats_subject, event.model_dump_json().encode(), msg_id=event.id)
+
+
+@contextmanager
+def _global_tracer_provider(provider: TracerProvider) -> Iterator[None]:
+    """The consumer loop's module-level tracer is a proxy: it follows the global provider."""
+    trace._TRACER_PROVIDER_SET_ONCE._done = False  # test-only: allow setting it here
+    trace.set_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        trace._TRACER_PROVIDER_SET_ONCE._done = False
+        trace._TRACER_PROVIDER = None
 
 
 CONFIG = ConsumerConfig(stream=JOBS.name, durable="contract", filter_subjects=("corral.job.submitted.>",))
@@ -195,3 +210,26 @@ def test_memory_bus_matches_subjects_like_nats(pattern: str, subject: str, expec
 async def test_nats_bus_reports_an_unreachable_server() -> None:
     with pytest.raises(TransientError, match="cannot reach NATS"):
         await NatsBus.connect(NatsSettings(url=f"nats://127.0.0.1:{free_port()}", connect_timeout_s=1))
+
+
+async def test_the_handler_continues_the_publishers_trace(any_bus: Bus) -> None:
+    provider = TracerProvider()
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    event = _event("job-traced")
+    await any_bus.publish(
+        event.nats_subject,
+        event.model_dump_json().encode(),
+        msg_id=event.id,
+        headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+    )
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handle(_: Event) -> None:
+        seen.append(format(trace.get_current_span().get_span_context().trace_id, "032x"))
+        done.set()
+
+    spec = ConsumerSpec(CONFIG, handle, fetch_timeout_s=0.2)
+    with _global_tracer_provider(provider):
+        await _consume_until(any_bus, spec, RecordingSink(), done)
+    assert seen == [trace_id]
