@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -49,6 +49,12 @@ TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCE
 # (each writes only its own transitions) and documented in docs/tables.md.
 TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (JobState.PENDING, JobState.SCHEDULED): "scheduler",
+    (JobState.PENDING, JobState.CANCELLED): "api",
+    (JobState.SCHEDULED, JobState.CANCELLED): "launcher",
+    (JobState.RUNNING, JobState.CANCELLED): "launcher",
+    # A retry (after a failure that the exit-code table says to retry) or a requeue.
+    (JobState.SCHEDULED, JobState.PENDING): "launcher",
+    (JobState.RUNNING, JobState.PENDING): "launcher",
     (JobState.SCHEDULED, JobState.RUNNING): "launcher",
     (JobState.SCHEDULED, JobState.SUCCEEDED): "launcher",
     (JobState.SCHEDULED, JobState.FAILED): "launcher",
@@ -70,6 +76,68 @@ class Resources(BaseModel):
     )
 
 
+Classification = Literal["transient", "permanent", "unknown"]
+_LABEL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+
+
+class ExitRule(BaseModel):
+    """One row of an exit-code table: what an ended task means for retrying.
+
+    A rule matches when every condition it states matches (exit codes, signals, a
+    platform condition such as ``node_lost``, a regular expression over the tail of
+    the task's log). ``transient`` failures are the platform's fault: always retried,
+    not counted. ``permanent`` ones are the user's: never retried. ``unknown`` ones are
+    retried up to the job's ``max_retries``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(default=None, max_length=256)
+    signals: list[Annotated[int, Field(ge=1, le=64)]] | None = Field(default=None, max_length=64)
+    platform: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")
+    log_pattern: str | None = Field(default=None, max_length=256)
+    classification: Classification
+    reason: str = Field(default="", max_length=200)
+
+    @field_validator("log_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"log_pattern is not a valid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _has_a_condition(self) -> ExitRule:
+        if not (self.exit_codes or self.signals or self.platform or self.log_pattern):
+            raise ValueError("a rule needs at least one of exit_codes, signals, platform, log_pattern")
+        return self
+
+
+class RetryPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_retries: int = Field(default=0, ge=0, le=100, description="retries of `unknown` failures")
+    backoff_s: float = Field(default=10.0, ge=0, le=3600, description="first retry delay; doubles")
+    max_backoff_s: float = Field(default=600.0, ge=0, le=86_400)
+    rules: list[ExitRule] = Field(
+        default_factory=list, max_length=64, description="checked before Corral's table"
+    )
+
+
+class Completion(BaseModel):
+    """When a task role is done (OpenPAI's ``completion``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_succeeded: int | None = Field(
+        default=None, ge=1, description="the role succeeds once this many instances did (default: all)"
+    )
+    min_failed: int = Field(default=1, ge=1, description="the job fails once this many instances failed")
+
+
 class TaskRole(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +146,29 @@ class TaskRole(BaseModel):
     command: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)
     resources: Resources = Resources()
     env: dict[str, str] = Field(default_factory=dict)
+    ports: dict[str, Annotated[int, Field(ge=1, le=16)]] = Field(
+        default_factory=dict, description="ports to allocate per instance, by label"
+    )
+    completion: Completion = Completion()
+
+    @field_validator("ports")
+    @classmethod
+    def _port_labels(cls, value: dict[str, int]) -> dict[str, int]:
+        if len(value) > 16:
+            raise ValueError("at most 16 port labels per task role")
+        for label in value:
+            if not _LABEL_RE.match(label):
+                raise ValueError(f"port label {label!r} must be a letter then letters, digits or _")
+        return value
+
+    @model_validator(mode="after")
+    def _completion_fits(self) -> TaskRole:
+        if self.completion.min_succeeded is not None and self.completion.min_succeeded > self.instances:
+            raise ValueError(
+                f"completion.min_succeeded ({self.completion.min_succeeded}) is more than the "
+                f"{self.instances} instances of role {self.name}"
+            )
+        return self
 
     @field_validator("command")
     @classmethod
@@ -128,6 +219,10 @@ class JobSpec(BaseModel):
     tasks: list[TaskRole] = Field(min_length=1, max_length=MAX_TASK_ROLES)
     virtual_cluster: Annotated[str, Field(pattern=_NAME_RE)] = "default"
     priority: int = Field(default=0, ge=-1000, le=1000)
+    max_runtime_s: int | None = Field(
+        default=None, ge=1, le=90 * 86_400, description="tasks still running after this are stopped"
+    )
+    retry: RetryPolicy = RetryPolicy()
 
     @model_validator(mode="after")
     def _unique_roles(self) -> JobSpec:

@@ -149,6 +149,8 @@ class Supervisor:
             "CORRAL_HEALTH_PORT": "" if name == "api" else str(free_port()),
             "CORRAL_AGENT_NODE_ID": self.config.node_id,
             "CORRAL_EXPORTER_NODE_ID": self.config.node_id,
+            # One machine: tasks reach each other on loopback.
+            "CORRAL_EXPORTER_ADDRESS": "127.0.0.1",
             "CORRAL_EXPORTER_SIMULATED_GPUS": str(self.config.simulated_gpus),
             "PYTHONUNBUFFERED": "1",
         }

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from shared.db.pool import Database
 from shared.db.queries import Queries
-from shared.events import JobSubmitted
-from shared.events.types import JobSubmittedData
+from shared.errors import Conflict, NotFound
+from shared.events import JobCancelled, JobCancelRequested, JobSubmitted
+from shared.events.types import JobCancelRequestedData, JobEndedData, JobSubmittedData
 from shared.ids import JobId, new_job_id
-from shared.jobs import JobSpec
+from shared.jobs import JobSpec, JobState
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -49,6 +51,39 @@ class ApiRepository:
             await append(conn, event, aggregate=job_id)
         assert row is not None
         return dict(row)
+
+    async def cancel_job(self, job_id: str, requested_by: str, may_cancel: Callable[[str], bool]) -> None:
+        """Cancel at once if PENDING; otherwise ask the launcher to stop the tasks.
+
+        Raises ``NotFound`` for a job the caller may not see and ``Conflict`` for one
+        that already ended. Repeating a cancel is harmless.
+        """
+        async with self.db.transaction() as conn:
+            job = await conn.fetchrow(SQL.lock_job, job_id)
+            if job is None or not may_cancel(job["username"]):
+                raise NotFound(f"no job with id {job_id!r}; list your jobs with GET /api/v1/jobs")
+            state = JobState(job["state"])
+            if state.is_terminal:
+                raise Conflict(f"job {job_id} already ended {state.value}; there is nothing to cancel")
+            if state is JobState.PENDING:
+                await conn.execute(SQL.cancel_pending_job, job_id, requested_by)
+                event: JobCancelled | JobCancelRequested = JobCancelled(
+                    source=SOURCE,
+                    subject=job_id,
+                    data=JobEndedData(
+                        job_id=job_id, generation=job["generation"], reason=f"cancelled by {requested_by}"
+                    ),
+                )
+            elif job["cancel_requested_at"] is None:
+                await conn.execute(SQL.request_cancel, job_id)
+                event = JobCancelRequested(
+                    source=SOURCE,
+                    subject=job_id,
+                    data=JobCancelRequestedData(job_id=job_id, requested_by=requested_by),
+                )
+            else:
+                return  # already requested: the launcher is on it
+            await append(conn, event, aggregate=job_id)
 
     async def get_job(self, job_id: str) -> dict[str, Any] | None:
         row = await self.db.fetchrow(SQL.get_job, job_id)

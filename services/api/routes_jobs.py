@@ -64,6 +64,18 @@ async def get_job(job_id: str, request: Request, principal: AuthenticatedPrincip
     return JobView.from_rows(dict(job), await repo.attempts_of_job(job_id))
 
 
+@router.post("/{job_id}/cancel", operation_id="cancelJob", response_model=JobView)
+async def cancel_job(job_id: str, request: Request, principal: AuthenticatedPrincipal) -> JobView:
+    """Cancel a job: at once if it is pending, else its tasks are stopped (SIGTERM, then
+    SIGKILL after a grace period) and it ends ``CANCELLED``. Repeating it is harmless."""
+    repo = _repo(request)
+    await repo.cancel_job(
+        job_id, principal.username, lambda owner: principal.is_admin or owner == principal.username
+    )
+    job = await _visible_job(repo, job_id, principal)
+    return JobView.from_rows(dict(job), await repo.attempts_of_job(job_id))
+
+
 @router.get(
     "/{job_id}/logs",
     operation_id="getJobLogs",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from shared.jobs import JobSpec, JobState
 
@@ -17,10 +17,14 @@ class AttemptView(BaseModel):
     attempt_no: int
     state: str
     node_id: str
+    host: str
+    ports: dict[str, list[int]]
     gpu_indices: list[int]
     exit_code: int | None
     signal: int | None
     reason: str
+    classification: str | None = Field(description="transient, permanent or unknown, once ended")
+    stop_reason: str | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -38,6 +42,9 @@ class JobView(BaseModel):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    retries: int = Field(description="counted retries used (transient failures are not counted)")
+    not_before: datetime | None = Field(description="a retrying job waits until then")
     spec: JobSpec
     attempts: list[AttemptView] = []
 
@@ -55,6 +62,9 @@ class JobView(BaseModel):
             created_at=job["created_at"],
             updated_at=job["updated_at"],
             finished_at=job["finished_at"],
+            cancel_requested_at=job["cancel_requested_at"],
+            retries=job["retries"],
+            not_before=job["not_before"],
             spec=JobSpec.model_validate(job["spec"]),
             attempts=[AttemptView.model_validate(a, from_attributes=False) for a in attempts],
         )

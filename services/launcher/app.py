@@ -21,8 +21,7 @@ async def reconcile_forever(db: Database, interval_s: float) -> None:
     """On start and then periodically, repair what lost events left behind."""
     while True:
         try:
-            async with db.transaction() as conn:
-                repaired = await repository.reconcile(conn)
+            repaired = await repository.reconcile(db)
             if any(repaired.values()):
                 log.info("reconciled: %s", repaired)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

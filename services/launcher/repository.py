@@ -1,26 +1,51 @@
-"""The launcher's job-level SQL: attempts from placements, job outcomes from attempts.
+"""The launcher's job-level decisions: attempts from placements, outcomes from attempts.
 
 Every function runs inside the caller's transaction and locks the job row first
 (``FOR UPDATE``), so concurrent handlers and the reconcile loop serialise per job and
-each job transition is a checked compare-and-set.
+each job transition is a checked compare-and-set. The decisions themselves are pure
+code (``completion.py``); this module applies them.
 """
 
 from __future__ import annotations
 
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from shared.db.pool import Connection
+import asyncpg
+
+from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
+from shared.db.pool import Connection, Database
 from shared.db.queries import Queries
-from shared.events import JobFailed, JobRunning, JobSucceeded, TaskAssigned
-from shared.events.types import JobEndedData, JobRunningData, TaskAssignedData
+from shared.events import (
+    JobCancelled,
+    JobFailed,
+    JobRetrying,
+    JobRunning,
+    JobSucceeded,
+    TaskAssigned,
+    TaskStopRequested,
+)
+from shared.events.types import (
+    JobEndedData,
+    JobRetryingData,
+    JobRunningData,
+    TaskAssignedData,
+    TaskStopRequestedData,
+)
 from shared.ids import new_attempt_id
-from shared.jobs import JobState
+from shared.jobs import JobSpec, JobState
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/launcher"
-LIVE_ATTEMPT_STATES = ("ASSIGNED", "STARTING", "RUNNING")
+log = logging.getLogger(__name__)
+PORT_RANGE = range(30000, 40000)
+MASTER_PORT_LABEL = "master"
+STOP_GRACE_S = 10.0
 
 
 async def _lock_job(conn: Connection, job_id: str) -> dict[str, Any] | None:
@@ -28,13 +53,54 @@ async def _lock_job(conn: Connection, job_id: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
+async def _free_ports(conn: Connection, node_id: str, count: int, taken: set[int]) -> list[int]:
+    if count == 0:
+        return []
+    for row in await conn.fetch(SQL.ports_in_use_on_node, node_id):
+        for ports in row["ports"].values():
+            taken.update(ports)
+    start = random.randrange(len(PORT_RANGE))  # noqa: S311 - spreading, not security
+    free = []
+    for offset in range(len(PORT_RANGE)):
+        port = PORT_RANGE[(start + offset) % len(PORT_RANGE)]
+        if port not in taken:
+            free.append(port)
+            taken.add(port)
+            if len(free) == count:
+                return free
+    raise RuntimeError(f"no free ports left on node {node_id}")
+
+
 async def create_attempts(conn: Connection, job_id: str, generation: int) -> int:
-    """One ASSIGNED attempt per placed task instance, each announced to its node."""
+    """One ASSIGNED attempt per placed task instance, each announced to its node.
+
+    Ports are allocated here, per node, so every task can be told every other task's
+    address before any of them starts: the role's labelled ports, plus a ``master``
+    port for the job's first task (the PyTorch rendezvous).
+    """
     job = await _lock_job(conn, job_id)
-    if job is None or job["state"] != JobState.SCHEDULED or job["generation"] != generation:
+    if (
+        job is None
+        or job["state"] != JobState.SCHEDULED
+        or job["generation"] != generation
+        or job["cancel_requested_at"] is not None
+    ):
         return 0
+    spec = JobSpec.model_validate(job["spec"])
+    roles = {role.name: role for role in spec.tasks}
+    first = (spec.tasks[0].name, 0)
+    taken: dict[str, set[int]] = {}
     created = 0
     for alloc in await conn.fetch(SQL.allocations_of_generation, job_id, generation):
+        role = roles[alloc["task_role"]]
+        labels = dict(role.ports)
+        if (alloc["task_role"], alloc["task_index"]) == first:
+            labels[MASTER_PORT_LABEL] = 1
+        node_taken = taken.setdefault(alloc["node_id"], set())
+        ports = await _free_ports(conn, alloc["node_id"], sum(labels.values()), node_taken)
+        by_label = {}
+        for label, count in labels.items():
+            by_label[label], ports = ports[:count], ports[count:]
         attempt_id = await conn.fetchval(
             SQL.insert_attempt,
             new_attempt_id(),
@@ -44,6 +110,8 @@ async def create_attempts(conn: Connection, job_id: str, generation: int) -> int
             alloc["task_index"],
             alloc["node_id"],
             list(alloc["gpu_indices"]),
+            alloc["host"],
+            by_label,
         )
         if attempt_id is None:
             continue  # already created by an earlier delivery or the reconcile loop
@@ -74,15 +142,19 @@ async def _transition(
 ) -> None:
     await conn.execute(SQL.set_job_state, job["id"], to.value, exit_code, reason)
     job_id, generation = job["id"], job["generation"]
-    event: JobRunning | JobSucceeded | JobFailed
+    event: JobRunning | JobSucceeded | JobFailed | JobCancelled
     if to is JobState.RUNNING:
         event = JobRunning(
             source=SOURCE, subject=job_id, data=JobRunningData(job_id=job_id, generation=generation)
         )
     else:
         data = JobEndedData(job_id=job_id, generation=generation, exit_code=exit_code, reason=reason or "")
-        cls = JobSucceeded if to is JobState.SUCCEEDED else JobFailed
-        event = cls(source=SOURCE, subject=job_id, data=data)
+        ended: dict[JobState, type[JobSucceeded | JobFailed | JobCancelled]] = {
+            JobState.SUCCEEDED: JobSucceeded,
+            JobState.FAILED: JobFailed,
+            JobState.CANCELLED: JobCancelled,
+        }
+        event = ended[to](source=SOURCE, subject=job_id, data=data)
     await append(conn, event, aggregate=job_id)
     job["state"] = to
 
@@ -95,45 +167,170 @@ async def mark_running(conn: Connection, job_id: str) -> bool:
     return True
 
 
-async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
-    """End the job once every attempt of its current generation has ended.
+async def _attempts(conn: Connection, job: dict[str, Any]) -> list[AttemptOutcome]:
+    rows = await conn.fetch(SQL.attempts_of_generation, job["id"], job["generation"])
+    return [
+        AttemptOutcome(
+            id=r["id"],
+            task_role=r["task_role"],
+            task_index=r["task_index"],
+            node_id=r["node_id"],
+            state=r["state"],
+            exit_code=r["exit_code"],
+            classification=r["classification"],
+            reason=r["reason"],
+            stop_requested=r["stop_requested_at"] is not None,
+            finished_at=r["finished_at"],
+        )
+        for r in rows
+    ]
 
-    The job fails with the exit code of the first task that failed (by finish time);
-    it succeeds when every task exited 0. A job that ends without its RUNNING
-    transition having been seen (a very short task) passes through RUNNING first, so
-    the published lifecycle is always complete and in order.
+
+async def request_stop(conn: Connection, job_id: str, attempt: AttemptOutcome, reason: str) -> None:
+    """Ask the attempt's node to stop it (SIGTERM, then SIGKILL after the grace period)."""
+    if attempt.state == "ASSIGNED":
+        await conn.fetchval(SQL.stop_unstarted, attempt.id, reason)
+        return
+    node_id = await conn.fetchval(SQL.request_stop, attempt.id, reason)
+    if node_id is None:
+        return  # already asked, or it ended meanwhile
+    event = TaskStopRequested(
+        source=SOURCE,
+        subject=attempt.id,
+        data=TaskStopRequestedData(
+            attempt_id=attempt.id, job_id=job_id, node_id=node_id, reason=reason, grace_s=STOP_GRACE_S
+        ),
+    )
+    await append(conn, event, aggregate=job_id)
+
+
+def _task(attempt: AttemptOutcome) -> str:
+    return f"{attempt.task_role}-{attempt.task_index}"
+
+
+def _failure_reason(attempt: AttemptOutcome | None) -> tuple[int | None, str]:
+    if attempt is None:
+        return None, "tasks ended without completing"
+    if attempt.state == "LOST":
+        return None, f"task {_task(attempt)} was lost: {attempt.reason}"
+    if attempt.exit_code is None:
+        return None, f"task {_task(attempt)} ended: {attempt.reason or 'killed'}"
+    return attempt.exit_code, f"task {_task(attempt)} exited with code {attempt.exit_code}"
+
+
+async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
+    """Decide what the job's attempts add up to, and act on it.
+
+    Cancel wins over everything; then the completion rules. A decided job first stops
+    its remaining tasks and becomes final only once every attempt has ended. A failure
+    is retried when the exit-code table says so (``transient``: always, not counted;
+    ``unknown``: up to ``retry.max_retries``, counted), with exponential backoff, by
+    putting the job back to PENDING; otherwise the job FAILS. A job that ends without
+    its RUNNING transition having been seen (a very short task) passes through RUNNING
+    first, so the published lifecycle is always complete and in order.
     """
     job = await _lock_job(conn, job_id)
     if job is None or job["state"] not in (JobState.SCHEDULED, JobState.RUNNING):
         return None
-    attempts = [dict(a) for a in await conn.fetch(SQL.attempts_of_generation, job_id, job["generation"])]
-    if not attempts or any(a["state"] in LIVE_ATTEMPT_STATES for a in attempts):
+    attempts = await _attempts(conn, job)
+    if job["cancel_requested_at"] is not None:
+        for attempt in attempts:
+            if attempt.live:
+                await request_stop(conn, job_id, attempt, "job cancelled")
+        if any(a.live for a in await _attempts(conn, job)):
+            return None
+        await _transition(conn, job, JobState.CANCELLED, None, "cancelled by request")
+        return JobState.CANCELLED
+
+    spec = JobSpec.model_validate(job["spec"])
+    outcome = evaluate(spec, attempts)
+    if outcome.verdict is Verdict.CONTINUE:
         return None
+    if outcome.live:
+        why = (
+            "the job succeeded"
+            if outcome.verdict is Verdict.SUCCEED
+            else _failure_reason(outcome.decisive)[1]
+        )
+        for attempt in outcome.live:
+            await request_stop(conn, job_id, attempt, f"stopping the rest of the gang: {why}")
+        if any(a.live for a in await _attempts(conn, job)):
+            return None
+
     if job["state"] == JobState.SCHEDULED:
         await _transition(conn, job, JobState.RUNNING)
-    failed = [a for a in attempts if a["state"] == "LOST" or a["exit_code"] != 0]
-    if failed:
-        first = failed[0]
-        task = f"{first['task_role']}-{first['task_index']}"
-        if first["state"] == "LOST":
-            reason = f"task {task} was lost: {first['reason']}"
-        elif first["exit_code"] is None:
-            reason = f"task {task} was killed by signal {first['signal']}"
-        else:
-            reason = f"task {task} exited with code {first['exit_code']}"
-        await _transition(conn, job, JobState.FAILED, first["exit_code"], reason)
-        return JobState.FAILED
-    await _transition(conn, job, JobState.SUCCEEDED, 0, "all tasks exited 0")
-    return JobState.SUCCEEDED
+    if outcome.verdict is Verdict.SUCCEED:
+        await _transition(conn, job, JobState.SUCCEEDED, 0, "all tasks completed")
+        return JobState.SUCCEEDED
+    exit_code, reason = _failure_reason(outcome.decisive)
+    classification = (outcome.decisive.classification if outcome.decisive else None) or "unknown"
+    retries = job["retries"]
+    if classification == "transient" or (classification == "unknown" and retries < spec.retry.max_retries):
+        counted = retries + (1 if classification == "unknown" else 0)
+        delay = retry_delay_s(retries, spec.retry.backoff_s, spec.retry.max_backoff_s)
+        await _requeue(conn, job, counted, delay, classification, f"retrying: {reason}")
+        return JobState.PENDING
+    if classification == "unknown" and spec.retry.max_retries:
+        reason = f"{reason}; gave up after {retries} retries"
+    await _transition(conn, job, JobState.FAILED, exit_code, f"{reason} ({classification})")
+    return JobState.FAILED
 
 
-async def reconcile(conn: Connection) -> dict[str, int]:
-    """Repair what lost events left behind; returns counts of each repair."""
-    repaired = {"attempts_created": 0, "marked_running": 0, "jobs_ended": 0}
-    for row in await conn.fetch(SQL.scheduled_jobs_without_attempts):
-        repaired["attempts_created"] += await create_attempts(conn, row["id"], row["generation"])
-    for row in await conn.fetch(SQL.running_jobs_still_scheduled):
-        repaired["marked_running"] += int(await mark_running(conn, row["id"]))
-    for row in await conn.fetch(SQL.active_jobs_with_all_attempts_done):
-        repaired["jobs_ended"] += int(await evaluate_job(conn, row["id"]) is not None)
+async def _requeue(
+    conn: Connection, job: dict[str, Any], retries: int, delay_s: float, classification: str, reason: str
+) -> None:
+    not_before = await conn.fetchval(SQL.requeue_job, job["id"], retries, delay_s, reason)
+    event = JobRetrying(
+        source=SOURCE,
+        subject=job["id"],
+        data=JobRetryingData(
+            job_id=job["id"],
+            generation=job["generation"],
+            retries=retries,
+            classification=classification,
+            reason=reason,
+            not_before=not_before,
+        ),
+    )
+    await append(conn, event, aggregate=job["id"])
+    job["state"] = JobState.PENDING
+
+
+async def reconcile(db: Database) -> dict[str, int]:
+    """Repair what lost events left behind; returns counts of each repair.
+
+    Each job is repaired in its own transaction, and a job whose repair fails is logged
+    and skipped: one bad job must not stop the launcher from repairing all the others.
+    """
+    repaired = {"attempts_created": 0, "marked_running": 0, "jobs_decided": 0, "failed": 0}
+    repairs: list[tuple[str, str, Callable[[Connection], Awaitable[int]]]] = []
+    for row in await db.fetch(SQL.scheduled_jobs_without_attempts):
+        repairs.append(
+            ("attempts_created", row["id"], partial(_create, job_id=row["id"], generation=row["generation"]))
+        )
+    for row in await db.fetch(SQL.running_jobs_still_scheduled):
+        repairs.append(("marked_running", row["id"], partial(_running, job_id=row["id"])))
+    for row in await db.fetch(SQL.active_jobs_to_evaluate):
+        repairs.append(("jobs_decided", row["id"], partial(_decide, job_id=row["id"])))
+    for kind, job_id, repair in repairs:
+        try:
+            async with db.transaction() as conn:
+                repaired[kind] += await repair(conn)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            raise  # the database itself is in trouble: let the caller back off
+        except Exception:
+            log.exception("could not repair job %s (%s); skipping it this round", job_id, kind)
+            repaired["failed"] += 1
     return repaired
+
+
+async def _create(conn: Connection, *, job_id: str, generation: int) -> int:
+    return await create_attempts(conn, job_id, generation)
+
+
+async def _running(conn: Connection, *, job_id: str) -> int:
+    return int(await mark_running(conn, job_id))
+
+
+async def _decide(conn: Connection, *, job_id: str) -> int:
+    return int(await evaluate_job(conn, job_id) is not None)

@@ -21,7 +21,9 @@ async def record_heartbeat(conn: Connection, data: NodeTelemetryData) -> bool:
     """
     previous = await conn.fetchval(SQL.node_state, data.node_id)
     inventory_before = [tuple(r) for r in await conn.fetch(SQL.gpu_inventory, data.node_id)]
-    await conn.execute(SQL.upsert_node, data.node_id, data.hostname, data.simulated, len(data.gpus))
+    await conn.execute(
+        SQL.upsert_node, data.node_id, data.hostname, data.simulated, len(data.gpus), data.address
+    )
     await conn.executemany(
         SQL.upsert_gpu,
         [

@@ -10,6 +10,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from shared.settings import CommonSettings
 
 
+def _own_address() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 class MonitorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_MONITOR_", extra="ignore")
 
@@ -22,6 +29,8 @@ class ExporterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_EXPORTER_", extra="ignore")
 
     node_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    # Where tasks on this node are reached by their peers (MASTER_ADDR, PAI_HOST_IP_*).
+    address: str = Field(default_factory=lambda: _own_address(), max_length=253)
     interval_s: float = Field(default=1.0, gt=0)
     # "auto": NVML when it finds GPUs, simulated otherwise; "nvml" or "simulated" force one.
     backend: str = Field(default="auto", pattern="^(auto|nvml|simulated)$")

@@ -33,6 +33,9 @@ CREATE TABLE api.jobs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
+    cancel_requested_at timestamp with time zone,
+    retries integer DEFAULT 0 NOT NULL,
+    not_before timestamp with time zone,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELLED'::text])))
 );
 CREATE TABLE api.tokens (
@@ -110,6 +113,12 @@ CREATE TABLE launcher.attempts (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    host text DEFAULT '127.0.0.1'::text NOT NULL,
+    ports jsonb DEFAULT '{}'::jsonb NOT NULL,
+    classification text,
+    stop_requested_at timestamp with time zone,
+    stop_reason text,
+    CONSTRAINT attempts_classification_check CHECK ((classification = ANY (ARRAY['transient'::text, 'permanent'::text, 'unknown'::text]))),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );
 CREATE TABLE monitor.gpus (
@@ -132,6 +141,7 @@ CREATE TABLE monitor.nodes (
     registered_at timestamp with time zone DEFAULT now() NOT NULL,
     last_heartbeat timestamp with time zone NOT NULL,
     state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    address text DEFAULT '127.0.0.1'::text NOT NULL,
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
 );
 CREATE TABLE scheduler.allocations (

@@ -8,6 +8,7 @@ Subjects follow ``corral.<entity>.<verb>.<key>``: the key is the job id for job 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -97,6 +98,34 @@ class JobCancelled(Envelope):
     subject_prefix: ClassVar[str] = "corral.job.cancelled"
 
 
+class JobCancelRequestedData(_Data):
+    job_id: str
+    requested_by: str
+
+
+class JobCancelRequested(Envelope):
+    type: Literal["corral.job.cancel_requested.v1"] = "corral.job.cancel_requested.v1"
+    data: JobCancelRequestedData
+    subject_prefix: ClassVar[str] = "corral.job.cancel_requested"
+
+
+class JobRetryingData(_Data):
+    job_id: str
+    generation: int = Field(description="the generation that failed")
+    retries: int = Field(description="counted retries used so far")
+    classification: str
+    reason: str
+    not_before: datetime
+
+
+class JobRetrying(Envelope):
+    """The job failed in a way the exit-code table retries; it is PENDING again."""
+
+    type: Literal["corral.job.retrying.v1"] = "corral.job.retrying.v1"
+    data: JobRetryingData
+    subject_prefix: ClassVar[str] = "corral.job.retrying"
+
+
 # --- tasks ------------------------------------------------------------------------
 
 
@@ -115,6 +144,24 @@ class TaskAssigned(Envelope):
     data: TaskAssignedData
 
     subject_prefix: ClassVar[str] = "corral.task.assigned"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class TaskStopRequestedData(_Data):
+    attempt_id: str
+    job_id: str
+    node_id: str
+    reason: str
+    grace_s: float
+
+
+class TaskStopRequested(Envelope):
+    type: Literal["corral.task.stop_requested.v1"] = "corral.task.stop_requested.v1"
+    data: TaskStopRequestedData
+    subject_prefix: ClassVar[str] = "corral.task.stop_requested"
 
     @property
     def routing_key(self) -> str:
@@ -146,6 +193,7 @@ class TaskExitedData(_Data):
     exit_code: int | None = Field(description="None when the process died of a signal")
     signal: int | None = None
     reason: str = ""
+    classification: str | None = Field(default=None, description="transient, permanent or unknown")
 
 
 class TaskExited(Envelope):
@@ -216,6 +264,7 @@ class GpuSample(_Data):
 class NodeTelemetryData(_Data):
     node_id: str
     hostname: str
+    address: str = Field(default="127.0.0.1", description="where tasks on this node are reached")
     simulated: bool = Field(description="true when the GPUs are Corral's simulated ones")
     interval_s: float
     gpus: list[GpuSample]
@@ -254,7 +303,10 @@ Event = Annotated[
     | JobSucceeded
     | JobFailed
     | JobCancelled
+    | JobCancelRequested
+    | JobRetrying
     | TaskAssigned
+    | TaskStopRequested
     | TaskStarted
     | TaskExited
     | NodeRegistered

@@ -135,11 +135,19 @@ class Stack:
 HOLD = "until [ -f release ]; do sleep 0.05; done; echo released"
 
 
-async def submit(http: httpx.AsyncClient, command: str, *, gpus: int = 1, name: str = "hello") -> str:
+async def submit(
+    http: httpx.AsyncClient, command: str, *, gpus: int = 1, name: str = "hello", **extra: Any
+) -> str:
+    """Submit a one-task job; ``extra`` adds job-level fields (retry, max_runtime_s...)."""
     spec = {
         "name": name,
         "tasks": [{"name": "main", "instances": 1, "command": command, "resources": {"gpus": gpus}}],
+        **extra,
     }
+    return await submit_spec(http, spec)
+
+
+async def submit_spec(http: httpx.AsyncClient, spec: dict[str, Any]) -> str:
     response = await http.post("/api/v1/jobs", json=spec)
     assert response.status_code == 201, response.text
     job_id: str = response.json()["id"]

@@ -70,7 +70,8 @@ async def test_a_command_that_exits_3_fails_with_code_3_and_raises_an_alert(
         job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED"})
     assert job["state"] == "FAILED"
     assert job["exit_code"] == 3
-    assert job["reason"] == "task main-0 exited with code 3"
+    assert job["reason"] == "task main-0 exited with code 3 (unknown)"
+    assert job["attempts"][0]["classification"] == "unknown"
     assert job["attempts"][0]["exit_code"] == 3
 
     await asyncio.sleep(0.5)

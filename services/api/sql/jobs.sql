@@ -2,24 +2,25 @@
 INSERT INTO api.jobs (id, name, username, virtual_cluster, priority, spec, total_gpus, state)
 VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING')
 RETURNING id, name, username, virtual_cluster, priority, spec, state, version, generation,
-          exit_code, reason, created_at, updated_at, finished_at;
+          exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before;
 
 -- name: get_job
 SELECT id, name, username, virtual_cluster, priority, spec, state, version, generation,
-       exit_code, reason, created_at, updated_at, finished_at
+       exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before
 FROM api.jobs WHERE id = $1;
 
 -- name: list_jobs
 SELECT id, name, username, virtual_cluster, priority, spec, state, version, generation,
-       exit_code, reason, created_at, updated_at, finished_at
+       exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before
 FROM api.jobs
 WHERE ($1::text IS NULL OR state = $1)
 ORDER BY created_at DESC, id DESC
 LIMIT $2;
 
 -- name: attempts_of_job
-SELECT id, generation, task_role, task_index, attempt_no, node_id, gpu_indices, state,
-       exit_code, signal, reason, log_path, created_at, started_at, finished_at
+SELECT id, generation, task_role, task_index, attempt_no, node_id, host, ports, gpu_indices, state,
+       exit_code, signal, reason, classification, stop_reason, log_path, created_at, started_at,
+       finished_at
 FROM launcher.attempts WHERE job_id = $1
 ORDER BY task_role, task_index, attempt_no;
 
@@ -28,3 +29,16 @@ SELECT id, attempt_no, state, log_path FROM launcher.attempts
 WHERE job_id = $1 AND task_role = $2 AND task_index = $3
   AND ($4::integer IS NULL OR attempt_no = $4)
 ORDER BY attempt_no DESC LIMIT 1;
+
+-- name: lock_job
+SELECT id, username, state, version, generation, cancel_requested_at FROM api.jobs WHERE id = $1 FOR UPDATE;
+
+-- name: cancel_pending_job
+UPDATE api.jobs
+SET state = 'CANCELLED', version = version + 1, updated_at = now(), finished_at = now(),
+    cancel_requested_at = now(), reason = 'cancelled by ' || $2 || ' before it was scheduled'
+WHERE id = $1 AND state = 'PENDING';
+
+-- name: request_cancel
+UPDATE api.jobs SET cancel_requested_at = now(), updated_at = now()
+WHERE id = $1 AND cancel_requested_at IS NULL;

@@ -1,39 +1,59 @@
-"""The node agent's core: claim an assignment, run it, report what became of it.
+"""The node agent's core: claim an assignment, run it, stop it, report what became of it.
 
 Concurrency model: the agent's TaskGroup (passed in) owns one watcher task per running
-attempt; ``_watched`` names the attempts this process is watching, so the reconcile
-loop never adopts an attempt twice. Every report is a fenced update (this node, the
-expected state) plus an outbox event in one transaction: a report for an attempt this
-agent no longer holds changes nothing.
+attempt. ``_tasks`` holds every attempt this process is handling, from the moment it
+tries to claim one, so the consumer and the reconcile loop never act on an attempt
+twice. Every report is a fenced update (this node, the expected state) plus an outbox
+event in one transaction: a report for an attempt this agent no longer holds changes
+nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+import signal
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.launcher.agent.environment import task_environment
+from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.processes import (
     Exit,
     TaskFiles,
     is_same_process_alive,
+    kill_group,
     process_start_ticks,
     spawn,
     wait_adopted,
     wait_spawned,
 )
+from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
 from services.launcher.repository import SQL
-from shared.db.pool import Database
-from shared.events import Event, TaskAssigned, TaskExited, TaskStarted
+from shared.db.pool import Connection, Database
+from shared.events import Event, TaskAssigned, TaskExited, TaskStarted, TaskStopRequested
 from shared.events.types import TaskExitedData, TaskStartedData
-from shared.jobs import JobSpec
+from shared.jobs import ExitRule, JobSpec
 from shared.outbox import append
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
+
+
+@dataclass
+class Task:
+    """What the agent knows about one attempt it handles."""
+
+    attempt_id: str
+    job_id: str = ""
+    files: TaskFiles | None = None
+    log_path: Path | None = None
+    rules: tuple[ExitRule, ...] = ()
+    pid: int | None = None
+    ended: bool = False
+    stop_reason: str | None = None  # set once a stop was asked for
+    platform: str | None = None  # a condition the agent itself caused (max runtime)
 
 
 class NodeAgent:
@@ -46,6 +66,7 @@ class NodeAgent:
         log_dir: Path,
         state_dir: Path,
         work_dir: Path,
+        stop_grace_s: float = 10.0,
     ) -> None:
         self._db = db
         self._tg = tg
@@ -53,152 +74,227 @@ class NodeAgent:
         self._log_dir = log_dir
         self._state_dir = state_dir
         self._work_dir = work_dir
-        self._watched: set[str] = set()
+        self._grace_s = stop_grace_s
+        self._tasks: dict[str, Task] = {}
 
     async def handle(self, event: Event) -> None:
-        if isinstance(event, TaskAssigned) and event.data.node_id == self.node_id:
-            await self.start_attempt(event.data.attempt_id)
+        match event:
+            case TaskAssigned(data=data) if data.node_id == self.node_id:
+                await self.start_attempt(data.attempt_id)
+            case TaskStopRequested(data=data) if data.node_id == self.node_id:
+                self.stop(data.attempt_id, data.reason, data.grace_s)
+            case _:
+                pass
+
+    # --- start -----------------------------------------------------------------------
 
     async def start_attempt(self, attempt_id: str) -> None:
-        if attempt_id in self._watched:
+        if attempt_id in self._tasks:
             return  # the consumer and the reconcile loop may both try; one is enough
-        self._watched.add(attempt_id)
+        task = self._tasks[attempt_id] = Task(attempt_id)
         try:
-            await self._start_claimed(attempt_id)
+            started = await self._claim_and_spawn(task)
         except BaseException:
-            self._watched.discard(attempt_id)
+            self._tasks.pop(attempt_id, None)
             raise
+        if not started:
+            self._tasks.pop(attempt_id, None)
 
-    async def _start_claimed(self, attempt_id: str) -> None:
+    async def _claim_and_spawn(self, task: Task) -> bool:
         async with self._db.transaction() as conn:
-            claimed = await conn.fetchrow(SQL.claim_attempt, attempt_id, self.node_id)
-        if claimed is None:
-            self._watched.discard(attempt_id)
-            return  # someone else's, already started, or its job moved on
-        row = dict(claimed)
+            claimed = await conn.fetchrow(SQL.claim_attempt, task.attempt_id, self.node_id)
+            if claimed is None:
+                return False  # someone else's, already started, stopped, or its job moved on
+            row = dict(claimed)
+            peers = [
+                Peer(p["task_role"], p["task_index"], p["node_id"], p["host"], dict(p["ports"]))
+                for p in await conn.fetch(SQL.peers_of_generation, row["job_id"], row["generation"])
+            ]
         spec = JobSpec.model_validate(row["spec"])
-        role = next(t for t in spec.tasks if t.name == row["task_role"])
-        job_id = row["job_id"]
-        task = f"{role.name}-{row['task_index']}"
-        log_path = self._log_dir / job_id / task / f"attempt-{row['attempt_no']}.log"
-        files = TaskFiles.for_attempt(self._state_dir, attempt_id)
+        task.job_id = row["job_id"]
+        task.rules = tuple(spec.retry.rules)
+        role, index = row["task_role"], row["task_index"]
+        task.log_path = self._log_dir / task.job_id / f"{role}-{index}" / f"attempt-{row['attempt_no']}.log"
+        task.files = TaskFiles.for_attempt(self._state_dir, task.attempt_id)
         env = task_environment(
-            role,
-            job_id=job_id,
-            job_name=spec.name,
-            task_index=row["task_index"],
-            attempt_id=attempt_id,
+            spec,
+            job_id=task.job_id,
+            role=role,
+            task_index=index,
+            attempt_id=task.attempt_id,
             attempt_no=row["attempt_no"],
             gpu_indices=list(row["gpu_indices"]),
+            peers=peers,
         )
-        cwd = self._work_dir / job_id
+        command = next(r.command for r in spec.tasks if r.name == role)
+        cwd = self._work_dir / task.job_id
         try:
             cwd.mkdir(parents=True, exist_ok=True)
-            proc = await spawn(role.command, env, log_path, files, cwd)
+            proc = await spawn(command, env, task.log_path, task.files, cwd)
         except OSError as exc:
-            failure = Exit(None, None, f"could not start the task: {exc}")
-            await self.report_exit(attempt_id, failure, lost=True)
-            self._watched.discard(attempt_id)
-            return
+            task.platform = "start_failed"
+            await self.report_exit(task, Exit(None, None, f"could not start the task: {exc}"))
+            return False
+        task.pid = proc.pid
         async with self._db.transaction() as conn:
+            ticks = process_start_ticks(proc.pid)
             marked = await conn.fetchval(
-                SQL.mark_attempt_running,
-                attempt_id,
-                self.node_id,
-                proc.pid,
-                process_start_ticks(proc.pid),
-                str(log_path),
+                SQL.mark_attempt_running, task.attempt_id, self.node_id, proc.pid, ticks, str(task.log_path)
             )
             if marked is not None:
-                await self._announce_started(conn, attempt_id, job_id, proc.pid)
-        self._watch(attempt_id, files, wait_spawned(proc, files))
+                await self._announce_started(conn, task)
+        self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
+        return True
 
-    async def _announce_started(self, conn: Any, attempt_id: str, job_id: str, pid: int) -> None:
+    async def _announce_started(self, conn: Connection, task: Task) -> None:
+        assert task.pid is not None
         event = TaskStarted(
             source=SOURCE,
-            subject=attempt_id,
-            data=TaskStartedData(attempt_id=attempt_id, job_id=job_id, node_id=self.node_id, pid=pid),
+            subject=task.attempt_id,
+            data=TaskStartedData(
+                attempt_id=task.attempt_id, job_id=task.job_id, node_id=self.node_id, pid=task.pid
+            ),
         )
-        await append(conn, event, aggregate=job_id)
+        await append(conn, event, aggregate=task.job_id)
 
-    def _watch(self, attempt_id: str, files: TaskFiles, waiter: Awaitable[Exit]) -> None:
-        self._watched.add(attempt_id)
+    # --- watch and stop --------------------------------------------------------------
+
+    def _watch(self, task: Task, waiter: Coroutine[Any, Any, Exit], max_runtime_s: int | None) -> None:
+        self._tasks[task.attempt_id] = task
 
         async def watch() -> None:
             try:
-                outcome = await waiter
-                await self.report_exit(attempt_id, outcome, lost=False)
-                files.remove()
+                wait = self._tg.create_task(waiter, name=f"wait-{task.attempt_id}")
+                if max_runtime_s is not None:
+                    done, _ = await asyncio.wait({wait}, timeout=max_runtime_s)
+                    if not done:
+                        task.platform = "max_runtime_exceeded"
+                        self.stop(
+                            task.attempt_id, f"ran longer than max_runtime_s={max_runtime_s}", self._grace_s
+                        )
+                outcome = await wait
+                task.ended = True
+                await self.report_exit(task, outcome)
+                if task.files is not None:
+                    task.files.remove()
             finally:
-                self._watched.discard(attempt_id)
+                self._tasks.pop(task.attempt_id, None)
 
-        self._tg.create_task(watch(), name=f"watch-{attempt_id}")
+        self._tg.create_task(watch(), name=f"watch-{task.attempt_id}")
+        if task.stop_reason is not None:  # asked to stop while it was starting
+            self.stop(task.attempt_id, task.stop_reason, self._grace_s)
 
-    async def report_exit(self, attempt_id: str, outcome: Exit, *, lost: bool) -> None:
-        lost = lost or (outcome.exit_code is None and outcome.signal is None)
+    def stop(self, attempt_id: str, reason: str, grace_s: float) -> None:
+        """SIGTERM the task's process group now, SIGKILL it after ``grace_s``."""
+        task = self._tasks.get(attempt_id)
+        if task is None:
+            return  # not running here (the reconcile loop handles a stop after a restart)
+        first_request = task.stop_reason is None
+        task.stop_reason = task.stop_reason or reason
+        if task.pid is None or task.ended or not first_request:
+            return
+        log.info("stopping attempt %s: %s", attempt_id, reason)
+        kill_group(task.pid, signal.SIGTERM)
+
+        async def escalate(pid: int) -> None:
+            await asyncio.sleep(grace_s)
+            if not task.ended:
+                log.info("attempt %s ignored SIGTERM for %.0fs; SIGKILL", attempt_id, grace_s)
+                kill_group(pid, signal.SIGKILL)
+
+        self._tg.create_task(escalate(task.pid), name=f"escalate-{attempt_id}")
+
+    # --- report ----------------------------------------------------------------------
+
+    async def report_exit(self, task: Task, outcome: Exit, *, lost: bool = False) -> None:
+        lost = lost or (outcome.exit_code is None and outcome.signal is None and task.platform is None)
+        platform = task.platform or ("task_lost" if lost else None)
+        tail = await asyncio.to_thread(read_log_tail, task.log_path)
+        verdict = classify(TaskEnd(outcome.exit_code, outcome.signal, platform, tail), task.rules)
+        reason = outcome.reason or verdict.reason
+        if task.stop_reason is not None:
+            own = platform == "max_runtime_exceeded"  # the agent's own stop: say why plainly
+            reason = task.stop_reason if own else f"stopped: {task.stop_reason}"
         async with self._db.transaction() as conn:
             job_id = await conn.fetchval(
                 SQL.mark_attempt_exited,
-                attempt_id,
+                task.attempt_id,
                 self.node_id,
                 "LOST" if lost else "EXITED",
                 outcome.exit_code,
                 outcome.signal,
-                outcome.reason,
+                reason,
+                verdict.classification,
             )
             if job_id is None:
                 return  # not ours any more: report nothing
             event = TaskExited(
                 source=SOURCE,
-                subject=attempt_id,
+                subject=task.attempt_id,
                 data=TaskExitedData(
-                    attempt_id=attempt_id,
+                    attempt_id=task.attempt_id,
                     job_id=job_id,
                     node_id=self.node_id,
                     exit_code=outcome.exit_code,
                     signal=outcome.signal,
-                    reason=outcome.reason,
+                    reason=reason,
+                    classification=verdict.classification,
                 ),
             )
             await append(conn, event, aggregate=job_id)
-        log.info("attempt %s ended: %s", attempt_id, outcome)
+        log.info("attempt %s ended: %s (%s)", task.attempt_id, reason, verdict.classification)
+
+    # --- reconcile -------------------------------------------------------------------
 
     async def reconcile(self) -> None:
         """Make the database and this node's processes agree (on start and periodically)."""
-        rows = await self._db.fetch(SQL.live_attempts_on_node, self.node_id)
-        for row in rows:
+        for row in await self._db.fetch(SQL.live_attempts_on_node, self.node_id):
             attempt_id = row["id"]
-            if attempt_id in self._watched:
+            if attempt_id in self._tasks:
+                if row["stop_requested_at"] is not None:
+                    self.stop(attempt_id, row["stop_reason"] or "stop requested", self._grace_s)
                 continue
-            files = TaskFiles.for_attempt(self._state_dir, attempt_id)
             if row["state"] == "ASSIGNED":
                 await self.start_attempt(attempt_id)
-            elif row["state"] == "RUNNING" and is_same_process_alive(row["pid"], row["pid_start_ticks"]):
-                log.info("re-adopting running attempt %s (pid %s)", attempt_id, row["pid"])
-                self._watch(attempt_id, files, wait_adopted(row["pid"], row["pid_start_ticks"], files))
-            elif row["state"] == "RUNNING" and files.read_exit_code() is not None:
-                await self.report_exit(attempt_id, Exit(files.read_exit_code(), None), lost=False)
-                files.remove()
-            else:
-                await self._recover_starting(attempt_id, row["job_id"], files)
+                continue
+            spec = JobSpec.model_validate(row["spec"])
+            task = Task(
+                attempt_id,
+                job_id=row["job_id"],
+                files=TaskFiles.for_attempt(self._state_dir, attempt_id),
+                log_path=Path(row["log_path"]) if row["log_path"] else None,
+                rules=tuple(spec.retry.rules),
+                stop_reason=row["stop_reason"] if row["stop_requested_at"] else None,
+            )
+            await self._settle_unwatched(task, row["state"], row["pid"], row["pid_start_ticks"], spec)
 
-    async def _recover_starting(self, attempt_id: str, job_id: str, files: TaskFiles) -> None:
-        """An attempt the agent claimed but died before recording (or lost entirely)."""
-        try:
-            pid = int(files.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            pid = None
-        if pid is not None and is_same_process_alive(pid, None):
-            ticks = process_start_ticks(pid)
-            async with self._db.transaction() as conn:
-                if await conn.fetchval(SQL.mark_attempt_running, attempt_id, self.node_id, pid, ticks, None):
-                    await self._announce_started(conn, attempt_id, job_id, pid)
-            self._watch(attempt_id, files, wait_adopted(pid, ticks, files))
+    async def _settle_unwatched(
+        self, task: Task, state: str, pid: int | None, ticks: int | None, spec: JobSpec
+    ) -> None:
+        """An attempt this process is not watching: left over from an earlier agent."""
+        assert task.files is not None
+        if state == "STARTING":
+            # Claimed, but the earlier agent died before recording the process.
+            try:
+                pid = int(task.files.pid_file.read_text().strip())
+            except (FileNotFoundError, ValueError):
+                pid = None
+            ticks = process_start_ticks(pid) if pid is not None else None
+        if pid is not None and is_same_process_alive(pid, ticks):
+            log.info("re-adopting running attempt %s (pid %s)", task.attempt_id, pid)
+            task.pid = pid
+            if state == "STARTING":
+                async with self._db.transaction() as conn:
+                    if await conn.fetchval(
+                        SQL.mark_attempt_running, task.attempt_id, self.node_id, pid, ticks, None
+                    ):
+                        await self._announce_started(conn, task)
+            self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
             return
-        recorded = files.read_exit_code()
+        recorded = task.files.read_exit_code()
         if recorded is not None:
-            await self.report_exit(attempt_id, Exit(recorded, None), lost=False)
+            await self.report_exit(task, Exit(recorded, None))
         else:
             reason = "the node agent restarted and the task's process was gone"
-            await self.report_exit(attempt_id, Exit(None, None, reason), lost=True)
-        files.remove()
+            await self.report_exit(task, Exit(None, None, reason), lost=True)
+        task.files.remove()

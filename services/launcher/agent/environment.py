@@ -2,39 +2,99 @@
 
 Built from a small allow-list of the agent's own variables (never all of them: the
 agent's environment holds the database URL with its password), then the job's env,
-then what Corral sets — which the job cannot override, because the GPU pinning must be
-what the scheduler placed.
+then what Corral sets — which the job cannot override, because the GPU pinning and the
+rendezvous must be what Corral placed.
+
+Distributed jobs get what PyTorch's launchers set (``MASTER_ADDR``, ``MASTER_PORT``,
+``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``) and what
+OpenPAI sets (``PAI_TASK_ROLE_LIST``, ``PAI_HOST_IP_<role>_<i>``,
+``PAI_PORT_LIST_<role>_<i>_<label>``, ...). Ranks follow the spec: roles in the order
+given, instances in index order; the master is the first task of the first role.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from shared.jobs import TaskRole
+from shared.jobs import JobSpec
 
 _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL")
+MASTER_PORT_LABEL = "master"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One task instance of the job's current generation, as placed."""
+
+    role: str
+    index: int
+    node_id: str
+    host: str
+    ports: dict[str, list[int]]
+
+
+def _env_token(name: str) -> str:
+    """Role names may hold '-', which shell variable names may not."""
+    return name.replace("-", "_")
+
+
+def distributed_environment(spec: JobSpec, role: str, index: int, peers: list[Peer]) -> dict[str, str]:
+    order = {r.name: position for position, r in enumerate(spec.tasks)}
+    ranked = sorted(peers, key=lambda p: (order.get(p.role, len(order)), p.index))
+    me = next(p for p in ranked if (p.role, p.index) == (role, index))
+    master = ranked[0]
+    nodes: list[str] = []
+    for peer in ranked:
+        if peer.node_id not in nodes:
+            nodes.append(peer.node_id)
+    on_my_node = [p for p in ranked if p.node_id == me.node_id]
+    env = {
+        "MASTER_ADDR": master.host,
+        "MASTER_PORT": str(master.ports.get(MASTER_PORT_LABEL, [0])[0]),
+        "WORLD_SIZE": str(len(ranked)),
+        "RANK": str(ranked.index(me)),
+        "LOCAL_RANK": str(on_my_node.index(me)),
+        "LOCAL_WORLD_SIZE": str(len(on_my_node)),
+        "NODE_RANK": str(nodes.index(me.node_id)),
+        "PAI_TASK_ROLE_LIST": ",".join(r.name for r in spec.tasks),
+        "PAI_CURRENT_TASK_ROLE_NAME": role,
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
+        "PAI_TASK_ROLE_COUNT": str(len(spec.tasks)),
+    }
+    for r in spec.tasks:
+        env[f"PAI_TASK_ROLE_TASK_COUNT_{_env_token(r.name)}"] = str(r.instances)
+    for peer in ranked:
+        token = f"{_env_token(peer.role)}_{peer.index}"
+        env[f"PAI_HOST_IP_{token}"] = peer.host
+        for label, ports in peer.ports.items():
+            env[f"PAI_PORT_LIST_{token}_{label}"] = ",".join(str(p) for p in ports)
+    return env
 
 
 def task_environment(
-    role: TaskRole,
+    spec: JobSpec,
     *,
     job_id: str,
-    job_name: str,
+    role: str,
     task_index: int,
     attempt_id: str,
     attempt_no: int,
     gpu_indices: list[int],
+    peers: list[Peer],
 ) -> dict[str, str]:
+    task_role = next(r for r in spec.tasks if r.name == role)
     env = {name: os.environ[name] for name in _INHERITED if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(role.env)
+    env.update(task_role.env)
+    env.update(distributed_environment(spec, role, task_index, peers))
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indices),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CORRAL_JOB_ID": job_id,
-            "CORRAL_JOB_NAME": job_name,
-            "CORRAL_TASK_ROLE": role.name,
+            "CORRAL_JOB_NAME": spec.name,
+            "CORRAL_TASK_ROLE": role,
             "CORRAL_TASK_INDEX": str(task_index),
             "CORRAL_ATTEMPT_ID": attempt_id,
             "CORRAL_ATTEMPT": str(attempt_no),

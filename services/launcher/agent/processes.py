@@ -18,8 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # "$1" is the user's command, "$2" the pid file, "$3" the exit file. The command runs
-# in a child shell so that `exit 3` inside it still lets the wrapper record 3.
-_WRAPPER = 'echo $$ > "$2"; /bin/sh -c "$1"; code=$?; echo $code > "$3.tmp" && mv "$3.tmp" "$3"; exit $code'
+# in a child shell so that `exit 3` inside it still lets the wrapper record 3. The
+# wrapper *catches* (does not ignore) SIGTERM/SIGINT: a stop signals the whole process
+# group, and the wrapper must outlive the command to record how it ended. (Caught
+# signals are reset to their defaults in the child, so the command's own traps work.)
+_WRAPPER = (
+    'trap : TERM INT; echo $$ > "$2"; /bin/sh -c "$1"; code=$?; '
+    'echo $code > "$3.tmp" && mv "$3.tmp" "$3"; exit $code'
+)
 
 
 @dataclass(frozen=True)

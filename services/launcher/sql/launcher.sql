@@ -1,21 +1,41 @@
 -- name: lock_job
-SELECT id, state, version, generation, spec FROM api.jobs WHERE id = $1 FOR UPDATE;
+SELECT id, state, version, generation, spec, retries, cancel_requested_at
+FROM api.jobs WHERE id = $1 FOR UPDATE;
 
 -- name: allocations_of_generation
-SELECT task_role, task_index, node_id, gpu_indices FROM scheduler.allocations
-WHERE job_id = $1 AND generation = $2 ORDER BY task_role, task_index;
+SELECT a.task_role, a.task_index, a.node_id, a.gpu_indices, COALESCE(n.address, '127.0.0.1') AS host
+FROM scheduler.allocations a LEFT JOIN monitor.nodes n ON n.id = a.node_id
+WHERE a.job_id = $1 AND a.generation = $2 ORDER BY a.task_role, a.task_index;
+
+-- name: ports_in_use_on_node
+SELECT ports FROM launcher.attempts
+WHERE node_id = $1 AND state IN ('ASSIGNED', 'STARTING', 'RUNNING');
 
 -- name: insert_attempt
 INSERT INTO launcher.attempts
-    (id, job_id, generation, task_role, task_index, attempt_no, node_id, gpu_indices, state)
-VALUES ($1, $2, $3, $4, $5, $3, $6, $7, 'ASSIGNED')
+    (id, job_id, generation, task_role, task_index, attempt_no, node_id, gpu_indices, state, host, ports)
+VALUES ($1, $2, $3, $4, $5, $3, $6, $7, 'ASSIGNED', $8, $9)
 ON CONFLICT DO NOTHING
 RETURNING id;
 
 -- name: attempts_of_generation
-SELECT id, task_role, task_index, state, exit_code, signal, reason, finished_at
+SELECT id, task_role, task_index, node_id, state, exit_code, signal, reason, classification,
+       stop_requested_at, finished_at
 FROM launcher.attempts WHERE job_id = $1 AND generation = $2
 ORDER BY finished_at NULLS LAST, id;
+
+-- name: request_stop
+UPDATE launcher.attempts SET stop_requested_at = now(), stop_reason = $2
+WHERE id = $1 AND stop_requested_at IS NULL AND state IN ('STARTING', 'RUNNING')
+RETURNING node_id;
+
+-- name: stop_unstarted
+-- An attempt no agent has claimed yet is simply ended: it never ran.
+UPDATE launcher.attempts
+SET state = 'EXITED', stop_requested_at = now(), stop_reason = $2,
+    reason = 'stopped before it started: ' || $2, finished_at = now()
+WHERE id = $1 AND state = 'ASSIGNED'
+RETURNING id;
 
 -- name: set_job_state
 UPDATE api.jobs
@@ -25,17 +45,25 @@ SET state = $2, version = version + 1, updated_at = now(),
 WHERE id = $1
 RETURNING version;
 
+-- name: requeue_job
+UPDATE api.jobs
+SET state = 'PENDING', version = version + 1, updated_at = now(), retries = $2,
+    not_before = now() + make_interval(secs => $3), reason = $4
+WHERE id = $1
+RETURNING not_before;
+
 -- name: scheduled_jobs_without_attempts
 SELECT j.id, j.generation FROM api.jobs j
 WHERE j.state = 'SCHEDULED'
   AND NOT EXISTS (SELECT 1 FROM launcher.attempts a WHERE a.job_id = j.id AND a.generation = j.generation);
 
--- name: active_jobs_with_all_attempts_done
+-- name: active_jobs_to_evaluate
+-- Jobs whose attempts may call for a decision: any attempt ended, or a cancel requested.
 SELECT j.id FROM api.jobs j
 WHERE j.state IN ('SCHEDULED', 'RUNNING')
-  AND EXISTS (SELECT 1 FROM launcher.attempts a WHERE a.job_id = j.id AND a.generation = j.generation)
-  AND NOT EXISTS (SELECT 1 FROM launcher.attempts a WHERE a.job_id = j.id AND a.generation = j.generation
-                  AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING'));
+  AND (j.cancel_requested_at IS NOT NULL
+       OR EXISTS (SELECT 1 FROM launcher.attempts a WHERE a.job_id = j.id AND a.generation = j.generation
+                  AND a.state IN ('EXITED', 'LOST')));
 
 -- name: running_jobs_still_scheduled
 SELECT DISTINCT j.id FROM api.jobs j JOIN launcher.attempts a

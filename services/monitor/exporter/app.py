@@ -38,6 +38,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
             data=NodeTelemetryData(
                 node_id=node_id,
                 hostname=hostname,
+                address=settings.exporter.address,
                 simulated=backend.simulated,
                 interval_s=settings.exporter.interval_s,
                 gpus=gpus,

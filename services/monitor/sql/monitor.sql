@@ -2,10 +2,11 @@
 SELECT state FROM monitor.nodes WHERE id = $1 FOR UPDATE;
 
 -- name: upsert_node
-INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat)
-VALUES ($1, $2, $3, 'READY', $4, now())
+INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address)
+VALUES ($1, $2, $3, 'READY', $4, now(), $5)
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
+    address = EXCLUDED.address,
     last_heartbeat = now(),
     state = CASE WHEN n.state = 'UNREACHABLE' THEN 'READY' ELSE n.state END,
     state_changed_at = CASE WHEN n.state = 'UNREACHABLE' THEN now() ELSE n.state_changed_at END

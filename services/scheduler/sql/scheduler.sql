@@ -1,9 +1,10 @@
 -- name: release_finished_allocations
--- Reconcile: allocations of jobs that reached a terminal state free their GPUs.
+-- Reconcile: allocations of jobs that ended, or went back to PENDING for a retry (the
+-- launcher decides that only once every task of the generation has stopped), free their GPUs.
 UPDATE scheduler.allocations a SET released_at = now()
 FROM api.jobs j
 WHERE a.job_id = j.id AND a.released_at IS NULL
-  AND (j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') OR j.generation <> a.generation);
+  AND (j.state IN ('PENDING', 'SUCCEEDED', 'FAILED', 'CANCELLED') OR j.generation <> a.generation);
 
 -- name: ready_nodes
 SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices
@@ -16,7 +17,8 @@ SELECT node_id, gpu_indices FROM scheduler.allocations WHERE released_at IS NULL
 
 -- name: pending_jobs
 SELECT id, version, priority, spec FROM api.jobs
-WHERE state = 'PENDING' ORDER BY created_at, id LIMIT $1;
+WHERE state = 'PENDING' AND (not_before IS NULL OR not_before <= now())
+ORDER BY created_at, id LIMIT $1;
 
 -- name: mark_scheduled
 UPDATE api.jobs
