@@ -144,6 +144,12 @@ class TaskRole(BaseModel):
     name: Annotated[str, Field(pattern=_NAME_RE, description="lower-case role name, e.g. worker")]
     instances: int = Field(default=1, ge=1, le=MAX_INSTANCES_PER_ROLE)
     command: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)
+    image: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
+        description="container image (Kubernetes driver); the local driver runs on the host",
+    )
     resources: Resources = Resources()
     env: dict[str, str] = Field(default_factory=dict)
     ports: dict[str, Annotated[int, Field(ge=1, le=16)]] = Field(
