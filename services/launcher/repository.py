@@ -27,6 +27,7 @@ from shared.events import (
     JobRunning,
     JobSucceeded,
     TaskAssigned,
+    TaskExited,
     TaskStopRequested,
 )
 from shared.events.types import (
@@ -34,6 +35,7 @@ from shared.events.types import (
     JobRetryingData,
     JobRunningData,
     TaskAssignedData,
+    TaskExitedData,
     TaskStopRequestedData,
 )
 from shared.ids import new_attempt_id
@@ -296,13 +298,53 @@ async def _requeue(
     job["state"] = JobState.PENDING
 
 
+async def declare_lost_nodes(db: Database) -> int:
+    """Fence agents whose lease expired and end their nodes' live attempts as LOST.
+
+    LOST is ``transient`` in the exit-code table: the job is retried (not counted) and
+    the scheduler, which places only on nodes with a live agent lease, puts it elsewhere.
+    Returns how many attempts were declared lost.
+    """
+    async with db.transaction() as conn:
+        for row in await conn.fetch(SQL.declare_lost_agents):
+            log.warning(
+                "node %s lost: its agent's lease expired at %s", row["node_id"], row["lease_expires_at"]
+            )
+    lost = 0
+    for row in await db.fetch(SQL.live_attempts_on_lost_nodes):
+        reason = (
+            f"node {row['node_id']} lost: its agent's lease expired at {row['lease_expires_at']:%H:%M:%S}"
+        )
+        async with db.transaction() as conn:
+            ended = await conn.fetchrow(SQL.mark_attempt_lost, row["id"], reason)
+            if ended is None:
+                continue
+            event = TaskExited(
+                source=SOURCE,
+                subject=row["id"],
+                data=TaskExitedData(
+                    attempt_id=row["id"],
+                    job_id=ended["job_id"],
+                    node_id=ended["node_id"],
+                    exit_code=None,
+                    reason=reason,
+                    classification="transient",
+                ),
+            )
+            await append(conn, event, aggregate=ended["job_id"])
+            await evaluate_job(conn, ended["job_id"])
+            lost += 1
+    return lost
+
+
 async def reconcile(db: Database) -> dict[str, int]:
     """Repair what lost events left behind; returns counts of each repair.
 
     Each job is repaired in its own transaction, and a job whose repair fails is logged
     and skipped: one bad job must not stop the launcher from repairing all the others.
     """
-    repaired = {"attempts_created": 0, "marked_running": 0, "jobs_decided": 0, "failed": 0}
+    repaired = {"attempts_lost": await declare_lost_nodes(db)}
+    repaired |= {"attempts_created": 0, "marked_running": 0, "jobs_decided": 0, "failed": 0}
     repairs: list[tuple[str, str, Callable[[Connection], Awaitable[int]]]] = []
     for row in await db.fetch(SQL.scheduled_jobs_without_attempts):
         repairs.append(

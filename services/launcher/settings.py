@@ -27,6 +27,9 @@ class AgentSettings(BaseSettings):
     state_dir: Path | None = None
     reconcile_interval_s: float = Field(default=2.0, gt=0)
     stop_grace_s: float = Field(default=10.0, ge=0)
+    # The agent renews its lease every third of this; a node whose agent has been silent
+    # this long is declared lost and its tasks are retried elsewhere.
+    lease_s: float = Field(default=15.0, gt=0)
 
 
 class Settings(BaseSettings):

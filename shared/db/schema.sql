@@ -94,6 +94,13 @@ CREATE TABLE corral.schema_migrations (
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
+CREATE TABLE launcher.agents (
+    node_id text NOT NULL,
+    epoch bigint NOT NULL,
+    lease_expires_at timestamp with time zone NOT NULL,
+    lost_at timestamp with time zone,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL
+);
 CREATE TABLE launcher.attempts (
     id text NOT NULL,
     job_id text NOT NULL,
@@ -174,6 +181,8 @@ ALTER TABLE ONLY corral.processed_events
     ADD CONSTRAINT processed_events_pkey PRIMARY KEY (consumer, event_id);
 ALTER TABLE ONLY corral.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+ALTER TABLE ONLY launcher.agents
+    ADD CONSTRAINT agents_pkey PRIMARY KEY (node_id);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_generation_task_role_task_index_key UNIQUE (job_id, generation, task_role, task_index);
 ALTER TABLE ONLY launcher.attempts

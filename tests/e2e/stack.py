@@ -24,6 +24,7 @@ FAST_LOOPS = {
     "CORRAL_SCHEDULER_LEADER_RETRY_S": "0.5",
     "CORRAL_LAUNCHER_RECONCILE_INTERVAL_S": "1",
     "CORRAL_AGENT_RECONCILE_INTERVAL_S": "1",
+    "CORRAL_AGENT_LEASE_S": "3",
 }
 
 
@@ -62,6 +63,29 @@ class Stack:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+    def start_node(self, node_id: str, gpus: int = 8) -> list[subprocess.Popen[bytes]]:
+        """A second machine's processes (node agent + exporter), as an operator would run them."""
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")},
+            **FAST_LOOPS,
+            **self.env,
+            "CORRAL_HOME": str(self.home),
+            "CORRAL_AGENT_NODE_ID": node_id,
+            "CORRAL_EXPORTER_NODE_ID": node_id,
+            "CORRAL_EXPORTER_ADDRESS": "127.0.0.1",
+            "CORRAL_EXPORTER_SIMULATED_GPUS": str(gpus),
+            "CORRAL_HEALTH_PORT": "0",
+        }
+        processes = []
+        for module in ("services.launcher.agent", "services.monitor.exporter"):
+            with child_output(self.home / "logs" / "services" / f"{node_id}-{module}.log") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
+                    )
+                )
+        return processes
 
     def pid(self, service: str) -> int:
         return int((self.home / "run" / f"{service}.pid").read_text())

@@ -6,7 +6,10 @@ The promise: no job is lost, and nothing is launched twice.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
+from pathlib import Path
 
 import asyncpg
 
@@ -136,3 +139,74 @@ async def test_a_poison_message_is_dead_lettered_and_work_goes_on(
     assert {row["consumer"] for row in rows} == {"scheduler-jobs"}
     assert rows[0]["subject"] == "corral.job.submitted.junk"
     assert "invalid event" in rows[0]["reason"]
+
+
+async def test_a_node_that_loses_contact_has_its_tasks_retried_elsewhere_and_killed_on_return(
+    stack: Stack, database_url: str
+) -> None:
+    other = stack.start_node("node-b")
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with stack.client() as http:
+            for _ in range(100):  # node-b's agent holds a lease and its exporter is heard
+                ready = await conn.fetchval(
+                    "SELECT count(*) FROM monitor.nodes n JOIN launcher.agents a ON a.node_id = n.id "
+                    "WHERE n.state = 'READY' AND a.lost_at IS NULL"
+                )
+                if ready == 2:
+                    break
+                await asyncio.sleep(0.1)
+            job_id = await submit(http, f"echo on $CORRAL_ATTEMPT; {HOLD}", gpus=8)
+            job = await wait_state(http, job_id, {"RUNNING"})
+            first = job["attempts"][0]
+            first_pid = await conn.fetchval("SELECT pid FROM launcher.attempts WHERE id = $1", first["id"])
+            victim = "agent" if first["node_id"] == "local" else None
+            assert victim is not None, f"expected the first placement on 'local', got {first['node_id']}"
+
+            # The node's agent freezes (its task keeps running): no lease renewals.
+            os.kill(stack.pid("agent"), signal.SIGSTOP)
+            try:
+                job = await wait_state(http, job_id, {"RUNNING"}, timeout_s=30)
+                for _ in range(200):
+                    job = (await http.get(f"/api/v1/jobs/{job_id}")).json()
+                    if len(job["attempts"]) == 2 and job["state"] == "RUNNING":
+                        break
+                    await asyncio.sleep(0.1)
+                lost, moved = sorted(job["attempts"], key=lambda a: a["attempt_no"])
+                assert lost["state"] == "LOST"
+                assert lost["classification"] == "transient"
+                assert "lease expired" in lost["reason"]
+                assert moved["node_id"] == "node-b"
+                assert job["retries"] == 0, "a lost node is not the job's fault"
+                assert _alive(first_pid), "the frozen node's task is still running: it is stale"
+            finally:
+                os.kill(stack.pid("agent"), signal.SIGCONT)
+
+            # Back in contact, the agent finds itself fenced and kills the stale task.
+            for _ in range(100):
+                if not _alive(first_pid):
+                    break
+                await asyncio.sleep(0.1)
+            assert not _alive(first_pid), "the returning agent must kill its stale task"
+            stack.release(job_id)
+            job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED"})
+            assert job["state"] == "SUCCEEDED"
+            states = sorted((a["attempt_no"], a["node_id"], a["state"]) for a in job["attempts"])
+            assert states == [(1, "local", "LOST"), (2, "node-b", "EXITED")]
+            live = await conn.fetchval(
+                "SELECT count(*) FROM launcher.attempts WHERE state IN ('ASSIGNED', 'STARTING', 'RUNNING')"
+            )
+            assert live == 0
+    finally:
+        await conn.close()
+        for process in other:
+            process.terminate()
+            process.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

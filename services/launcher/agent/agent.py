@@ -18,12 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.processes import (
     Exit,
     TaskFiles,
     is_same_process_alive,
     kill_group,
+    kill_orphans,
     process_start_ticks,
     spawn,
     wait_adopted,
@@ -54,6 +57,7 @@ class Task:
     ended: bool = False
     stop_reason: str | None = None  # set once a stop was asked for
     platform: str | None = None  # a condition the agent itself caused (max runtime)
+    fenced: bool = False  # the platform gave up on it: kill it, never report it
 
 
 class NodeAgent:
@@ -76,6 +80,40 @@ class NodeAgent:
         self._work_dir = work_dir
         self._grace_s = stop_grace_s
         self._tasks: dict[str, Task] = {}
+        self.epoch: int | None = None
+
+    # --- lease -----------------------------------------------------------------------
+
+    async def register(self, lease_s: float) -> None:
+        """Take a new epoch for this node: anything an earlier incarnation held is fenced."""
+        async with self._db.transaction() as conn:
+            self.epoch = await conn.fetchval(SQL.register_agent, self.node_id, lease_s)
+        log.info("node agent for %s holds epoch %s", self.node_id, self.epoch)
+
+    async def hold_lease(self, lease_s: float) -> None:
+        """Renew the lease every third of its length; if it was lost, fence and rejoin."""
+        while True:
+            await asyncio.sleep(lease_s / 3)
+            try:
+                async with self._db.transaction() as conn:
+                    renewed = await conn.fetchval(SQL.renew_lease, self.node_id, self.epoch, lease_s)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("could not renew the lease (%s); retrying", exc)
+                continue
+            if renewed is None:
+                self.fence_all("this agent's lease expired and the node was declared lost")
+                await self.register(lease_s)
+
+    def fence_all(self, why: str) -> None:
+        """Kill every task this agent runs, without reporting: the platform moved on."""
+        log.warning("%s: killing %d stale task(s)", why, len(self._tasks))
+        for task in self._tasks.values():
+            self._fence(task)
+
+    def _fence(self, task: Task) -> None:
+        task.fenced = True
+        if task.pid is not None and not task.ended:
+            kill_group(task.pid, signal.SIGKILL)
 
     async def handle(self, event: Event) -> None:
         match event:
@@ -102,7 +140,7 @@ class NodeAgent:
 
     async def _claim_and_spawn(self, task: Task) -> bool:
         async with self._db.transaction() as conn:
-            claimed = await conn.fetchrow(SQL.claim_attempt, task.attempt_id, self.node_id)
+            claimed = await conn.fetchrow(SQL.claim_attempt, task.attempt_id, self.node_id, self.epoch)
             if claimed is None:
                 return False  # someone else's, already started, stopped, or its job moved on
             row = dict(claimed)
@@ -207,6 +245,9 @@ class NodeAgent:
     # --- report ----------------------------------------------------------------------
 
     async def report_exit(self, task: Task, outcome: Exit, *, lost: bool = False) -> None:
+        if task.fenced:
+            log.info("attempt %s ended after it was fenced; not reporting it", task.attempt_id)
+            return
         lost = lost or (outcome.exit_code is None and outcome.signal is None and task.platform is None)
         platform = task.platform or ("task_lost" if lost else None)
         tail = await asyncio.to_thread(read_log_tail, task.log_path)
@@ -247,8 +288,26 @@ class NodeAgent:
     # --- reconcile -------------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """Make the database and this node's processes agree (on start and periodically)."""
-        for row in await self._db.fetch(SQL.live_attempts_on_node, self.node_id):
+        """Make the database and this node's processes agree (on start and periodically).
+
+        Live attempts of this node that no watcher holds are re-adopted or settled;
+        watched attempts the platform has given up on (declared LOST while this agent
+        was out of contact) are killed; processes left by an earlier agent for attempts
+        that are no longer live are killed too.
+        """
+        rows = await self._db.fetch(SQL.live_attempts_on_node, self.node_id)
+        live = {row["id"] for row in rows}
+        for attempt_id, task in list(self._tasks.items()):
+            if attempt_id not in live and task.pid is not None and not task.ended:
+                state = await self._db.fetchrow(SQL.attempt_states, [attempt_id])
+                if state is not None and state["state"] not in ("STARTING", "RUNNING"):
+                    log.warning(
+                        "attempt %s is %s in the database: killing its stale process",
+                        attempt_id,
+                        state["state"],
+                    )
+                    self._fence(task)
+        for row in rows:
             attempt_id = row["id"]
             if attempt_id in self._tasks:
                 if row["stop_requested_at"] is not None:
@@ -267,6 +326,7 @@ class NodeAgent:
                 stop_reason=row["stop_reason"] if row["stop_requested_at"] else None,
             )
             await self._settle_unwatched(task, row["state"], row["pid"], row["pid_start_ticks"], spec)
+        await asyncio.to_thread(kill_orphans, self._state_dir, live | set(self._tasks))
 
     async def _settle_unwatched(
         self, task: Task, state: str, pid: int | None, ticks: int | None, spec: JobSpec

@@ -25,7 +25,7 @@ def assignments_consumer(node_id: str) -> ConsumerConfig:
     return ConsumerConfig(
         stream=JOBS.name,
         durable=f"agent-{node_id}",
-        filter_subjects=(f"corral.task.assigned.{node_id}",),
+        filter_subjects=(f"corral.task.assigned.{node_id}", f"corral.task.stop_requested.{node_id}"),
     )
 
 
@@ -48,8 +48,11 @@ async def serve(settings: Settings) -> None:
             log_dir=settings.log_dir,
             state_dir=settings.state_dir,
             work_dir=settings.work_dir,
+            stop_grace_s=settings.agent.stop_grace_s,
         )
+        await agent.register(settings.agent.lease_s)
         res.start_common_tasks(tg)
+        tg.create_task(agent.hold_lease(settings.agent.lease_s), name="lease")
         spec = ConsumerSpec(assignments_consumer(node_id), agent.handle)
         tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name="assignments")
         tg.create_task(reconcile_forever(agent, settings.agent.reconcile_interval_s), name="reconcile")

@@ -120,3 +120,29 @@ async def wait_adopted(pid: int, start_ticks: int | None, files: TaskFiles, poll
 def kill_group(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def kill_orphans(state_dir: Path, keep: set[str]) -> list[str]:
+    """Kill task processes of attempts not in ``keep`` and forget their files.
+
+    After an agent restart, these are tasks of attempts the platform declared lost while
+    no agent was watching. A pid counts only if its command line names the attempt's own
+    pid file, so a recycled pid is never killed by mistake. Returns the attempts killed.
+    """
+    killed = []
+    for pid_file in state_dir.glob("*.pid"):
+        attempt_id = pid_file.stem
+        if attempt_id in keep:
+            continue
+        files = TaskFiles.for_attempt(state_dir, attempt_id)
+        try:
+            pid = int(pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            files.remove()
+            continue
+        if str(pid_file).encode() in cmdline:
+            kill_group(pid, signal.SIGKILL)
+            killed.append(attempt_id)
+        files.remove()
+    return killed

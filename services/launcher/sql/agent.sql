@@ -1,10 +1,12 @@
 -- name: claim_attempt
--- Fenced claim: only the attempt's own node, only from ASSIGNED, only while nobody asked
--- to stop it or its job. A second delivery of the same assignment finds nothing to
+-- Fenced claim: only the attempt's own node, only by the agent holding the node's live
+-- lease (epoch $3), only from ASSIGNED, only while nobody asked to stop it or its job. A second delivery of the same assignment finds nothing to
 -- claim, so nothing is launched twice.
 UPDATE launcher.attempts a SET state = 'STARTING'
 FROM api.jobs j
 WHERE a.id = $1 AND a.node_id = $2 AND a.state = 'ASSIGNED' AND a.stop_requested_at IS NULL
+  AND EXISTS (SELECT 1 FROM launcher.agents g WHERE g.node_id = $2 AND g.epoch = $3
+              AND g.lost_at IS NULL AND g.lease_expires_at > now())
   AND j.id = a.job_id AND j.generation = a.generation AND j.state IN ('SCHEDULED', 'RUNNING')
   AND j.cancel_requested_at IS NULL
 RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no, a.gpu_indices, j.spec;
@@ -30,3 +32,20 @@ SELECT a.id, a.job_id, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_rol
        a.attempt_no, a.stop_requested_at, a.stop_reason, j.spec
 FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.node_id = $1 AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
+
+-- name: register_agent
+-- A (re)starting agent takes a new epoch: whatever an earlier incarnation held is fenced.
+INSERT INTO launcher.agents (node_id, epoch, lease_expires_at)
+VALUES ($1, 1, now() + make_interval(secs => $2))
+ON CONFLICT (node_id) DO UPDATE
+SET epoch = launcher.agents.epoch + 1, lease_expires_at = EXCLUDED.lease_expires_at,
+    lost_at = NULL, registered_at = now()
+RETURNING epoch;
+
+-- name: renew_lease
+UPDATE launcher.agents SET lease_expires_at = now() + make_interval(secs => $3)
+WHERE node_id = $1 AND epoch = $2 AND lost_at IS NULL
+RETURNING epoch;
+
+-- name: attempt_states
+SELECT id, state FROM launcher.attempts WHERE id = ANY($1::text[]);

@@ -69,3 +69,20 @@ WHERE j.state IN ('SCHEDULED', 'RUNNING')
 SELECT DISTINCT j.id FROM api.jobs j JOIN launcher.attempts a
   ON a.job_id = j.id AND a.generation = j.generation
 WHERE j.state = 'SCHEDULED' AND a.state IN ('RUNNING', 'EXITED');
+
+-- name: declare_lost_agents
+-- Agents whose lease ran out: fence them (new epoch) and say when they were lost.
+UPDATE launcher.agents SET epoch = epoch + 1, lost_at = now()
+WHERE lost_at IS NULL AND lease_expires_at < now()
+RETURNING node_id, lease_expires_at;
+
+-- name: live_attempts_on_lost_nodes
+SELECT a.id, a.job_id, a.node_id, g.lease_expires_at
+FROM launcher.attempts a JOIN launcher.agents g ON g.node_id = a.node_id
+WHERE g.lost_at IS NOT NULL AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
+
+-- name: mark_attempt_lost
+UPDATE launcher.attempts
+SET state = 'LOST', classification = 'transient', reason = $2, finished_at = now()
+WHERE id = $1 AND state IN ('ASSIGNED', 'STARTING', 'RUNNING')
+RETURNING job_id, node_id;

@@ -7,8 +7,11 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
   AND (j.state IN ('PENDING', 'SUCCEEDED', 'FAILED', 'CANCELLED') OR j.generation <> a.generation);
 
 -- name: ready_nodes
+-- Ready: the monitor hears the node, and a node agent holds a live lease to run tasks there.
 SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices
-FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
+FROM monitor.nodes n
+JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
+LEFT JOIN monitor.gpus g ON g.node_id = n.id
 WHERE n.state = 'READY'
 GROUP BY n.id;
 
