@@ -32,6 +32,8 @@ def test_the_table_loads_and_every_rule_is_valid() -> None:
         (TaskEnd(137), "unknown", "SIGKILL"),
         (TaskEnd(None, signal=9), "unknown", "SIGKILL"),
         (TaskEnd(75), "transient", "EX_TEMPFAIL"),
+        (TaskEnd(137, platform="oom_killed"), "permanent", "memory limit"),
+        (TaskEnd(None, platform="node_rejected"), "transient", "rejected"),
         (TaskEnd(3), "unknown", "exited with code 3"),
     ],
 )

@@ -1,0 +1,188 @@
+"""Kubernetes manifests for a task attempt (a Pod) and a job (a headless Service).
+
+Pure functions from a ``TaskLaunch`` and the settings to plain dicts, so the tests can
+validate every manifest against the Kubernetes OpenAPI schema and the driver sends
+exactly what was validated.
+
+- The Pod runs the command with ``/bin/sh -c`` (as the local agent does), never
+  restarts (``restartPolicy: Never``: a retry is a new attempt, decided by Corral's
+  exit-code table), asks for the launch's CPUs and memory as requests and limits (so a
+  GPU task is in the Guaranteed QoS class and the last to be evicted) and its GPUs as
+  ``nvidia.com/gpu`` limits, and runs on the node the scheduler placed it on.
+- The device plugin, not Corral, picks which GPUs of the node a container gets, and the
+  container sees them as 0..n-1; ``CUDA_VISIBLE_DEVICES`` is set to that, and a task
+  with no GPUs gets none even from images that default to all of them.
+- ``max_runtime_s`` becomes ``activeDeadlineSeconds``: the kubelet enforces it even
+  when Corral is down, and the pod ends ``DeadlineExceeded``.
+- The Service is headless, selects the job's pods, and publishes addresses before the
+  pods are ready: ranks resolve each other while the rendezvous is still forming.
+- Each Pod has an owner reference to its job's Service, so deleting the Service
+  (or the optional job-level owner of the Service) garbage-collects the pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.launcher.drivers import TaskLaunch
+from services.launcher.kubernetes.names import (
+    ATTEMPT_ID_ANNOTATION,
+    ATTEMPT_LABEL,
+    GENERATION_ANNOTATION,
+    INDEX_LABEL,
+    JOB_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NODE_ANNOTATION,
+    ROLE_LABEL,
+    kubernetes_environment,
+    label_value,
+    pod_hostname,
+    pod_name,
+    service_name,
+)
+from services.launcher.kubernetes.settings import KubernetesSettings
+
+Manifest = dict[str, Any]
+CONTAINER_NAME = "task"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class ManifestError(ValueError):
+    """A launch that cannot become a pod; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    """An object whose deletion should delete ours (Kubernetes garbage collection)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    def to_manifest(self) -> Manifest:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid}
+
+
+def job_labels(job_id: str) -> dict[str, str]:
+    return {MANAGED_BY_LABEL: MANAGED_BY, JOB_LABEL: label_value(job_id)}
+
+
+def service_manifest(job_id: str, settings: KubernetesSettings, owner: OwnerRef | None = None) -> Manifest:
+    metadata: Manifest = {
+        "name": service_name(job_id),
+        "namespace": settings.namespace,
+        "labels": job_labels(job_id),
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.to_manifest()]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: label_value(job_id)},
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def service_owner(service: Manifest) -> OwnerRef:
+    """The owner reference to a Service as the API server returned it (with its uid)."""
+    metadata = service["metadata"]
+    return OwnerRef("v1", "Service", metadata["name"], metadata["uid"])
+
+
+def _cpu_quantity(cpus: float) -> str:
+    return f"{max(1, round(cpus * 1000))}m"
+
+
+def _resources(launch: TaskLaunch) -> Manifest:
+    amounts = {"cpu": _cpu_quantity(launch.cpus), "memory": f"{launch.memory_mb}Mi"}
+    limits = dict(amounts)
+    if launch.gpus > 0:
+        limits[GPU_RESOURCE] = str(launch.gpus)
+    return {"requests": amounts, "limits": limits}
+
+
+def _node_selection(node_id: str, settings: KubernetesSettings) -> Manifest:
+    if settings.node_binding == "node_name":
+        return {"nodeName": node_id}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_id]}]}
+    return {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    }
+
+
+def _environment(launch: TaskLaunch, settings: KubernetesSettings) -> list[Manifest]:
+    env = kubernetes_environment(
+        launch.env, job_id=launch.job_id, namespace=settings.namespace, cluster_domain=settings.cluster_domain
+    )
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(launch.gpus))
+    if launch.gpus == 0:
+        env["NVIDIA_VISIBLE_DEVICES"] = "void"
+    else:
+        env.pop("NVIDIA_VISIBLE_DEVICES", None)  # the device plugin sets it
+    return [{"name": name, "value": value} for name, value in sorted(env.items())]
+
+
+def _container_ports(launch: TaskLaunch) -> list[Manifest]:
+    numbers = sorted({port for ports in launch.ports.values() for port in ports})
+    return [{"containerPort": port, "protocol": "TCP"} for port in numbers]
+
+
+def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerRef | None = None) -> Manifest:
+    image = launch.image or settings.default_image
+    if image is None:
+        raise ManifestError(
+            f"task {launch.task_role}-{launch.task_index} of job {launch.job_id} names no image; "
+            "set `image` on the task role or CORRAL_KUBERNETES_DEFAULT_IMAGE"
+        )
+    if not launch.node_id:
+        raise ManifestError(f"attempt {launch.attempt_id} has no node; the scheduler places before launch")
+    metadata: Manifest = {
+        "name": pod_name(launch.attempt_id),
+        "namespace": settings.namespace,
+        "labels": {
+            **job_labels(launch.job_id),
+            ROLE_LABEL: label_value(launch.task_role),
+            INDEX_LABEL: str(launch.task_index),
+            ATTEMPT_LABEL: str(launch.attempt_no),
+        },
+        "annotations": {
+            ATTEMPT_ID_ANNOTATION: launch.attempt_id,
+            GENERATION_ANNOTATION: str(launch.generation),
+            NODE_ANNOTATION: launch.node_id,
+        },
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.to_manifest()]
+    container: Manifest = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "command": ["/bin/sh", "-c", launch.command],
+        "env": _environment(launch, settings),
+        "resources": _resources(launch),
+    }
+    ports = _container_ports(launch)
+    if ports:
+        container["ports"] = ports
+    spec: Manifest = {
+        "restartPolicy": "Never",
+        "hostname": pod_hostname(launch.task_role, launch.task_index),
+        "subdomain": service_name(launch.job_id),
+        "terminationGracePeriodSeconds": settings.termination_grace_s,
+        "enableServiceLinks": False,  # one Service per job: thousands of env vars otherwise
+        "containers": [container],
+        **_node_selection(launch.node_id, settings),
+    }
+    if launch.max_runtime_s is not None:
+        spec["activeDeadlineSeconds"] = max(1, launch.max_runtime_s)
+    if settings.service_account is not None:
+        spec["serviceAccountName"] = settings.service_account
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

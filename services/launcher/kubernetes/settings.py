@@ -1,0 +1,39 @@
+"""Kubernetes driver settings: ``CORRAL_KUBERNETES_*``.
+
+Only what differs between clusters is a setting; everything that follows from a task's
+launch (resources, node, command, runtime limit) comes from the ``TaskLaunch``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class KubernetesSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_KUBERNETES_", extra="ignore", frozen=True)
+
+    # Where every pod and headless Service of Corral's jobs lives.
+    namespace: str = Field(default="corral", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    # Image for tasks whose role names none (the local driver runs on the host instead).
+    default_image: str | None = None
+    # The pod's terminationGracePeriodSeconds; a stop passes its own grace on delete.
+    termination_grace_s: int = Field(default=30, ge=0)
+    # "affinity": a required node affinity on metadata.name, so the kube-scheduler still
+    # checks taints and the device plugin's GPU count; "node_name": bind directly.
+    node_binding: Literal["affinity", "node_name"] = "affinity"
+    # Appended to pod DNS names when set (e.g. "cluster.local"); "<pod>.<svc>.<ns>.svc"
+    # already resolves through every pod's DNS search path.
+    cluster_domain: str = ""
+    service_account: str | None = None
+    # A server-side watch timeout: the stream is re-opened from the last resourceVersion.
+    watch_timeout_s: int = Field(default=300, gt=0)
+    # Pause before re-opening a watch or re-listing after an API error.
+    retry_delay_s: float = Field(default=1.0, ge=0)
+    # How often logs(follow=True) looks again at a pod whose container has not started.
+    log_wait_interval_s: float = Field(default=1.0, gt=0)
+    # A finished job's Service (and, through owner references, its pods and their logs)
+    # is deleted by reconcile once its newest pod has been finished this long.
+    keep_finished_s: float = Field(default=3600.0, ge=0)

@@ -1,0 +1,154 @@
+"""Every manifest the Kubernetes driver sends validates against the Kubernetes OpenAPI
+schema (``kubernetes-validate``, strict: unknown fields are errors), for launches that
+exercise each branch of the builders."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from services.launcher.drivers import TaskLaunch
+from services.launcher.kubernetes.manifests import (
+    ManifestError,
+    OwnerRef,
+    pod_manifest,
+    service_manifest,
+)
+from services.launcher.kubernetes.names import dns_label, kubernetes_environment, label_value, pod_dns_name
+from services.launcher.kubernetes.settings import KubernetesSettings
+
+# The oldest Kubernetes still commonly run and the newest the package knows.
+VERSIONS = ["1.30", kubernetes_validate.latest_version()]
+SETTINGS = KubernetesSettings(namespace="corral")
+OWNER = OwnerRef("v1", "Service", "job-01m81scc9vkd1fesxk1gz86zrz", "6f1e3c2a-1b2c-4d5e-8f90-0a1b2c3d4e5f")
+
+BASE = TaskLaunch(
+    attempt_id="att-01m81sd0000000000000000001",
+    job_id="job-01m81scc9vkd1fesxk1gz86zrz",
+    generation=2,
+    task_role="worker",
+    task_index=3,
+    attempt_no=2,
+    node_id="gpu-node-3",
+    command="python train.py --epochs 3 && echo 'done'",
+    env={"MASTER_ADDR": "10.0.0.1", "PAI_TASK_ROLE_LIST": "worker", "PAI_TASK_ROLE_TASK_COUNT_worker": "4"},
+    gpu_indices=(0, 1, 2, 3),
+    gpus=4,
+    cpus=16.0,
+    memory_mb=65536,
+    image="nvcr.io/nvidia/pytorch:24.05-py3",
+)
+
+LAUNCHES = {
+    "gpu": BASE,
+    "no-gpu": dataclasses.replace(BASE, gpus=0, gpu_indices=(), cpus=0.5, memory_mb=512),
+    "ports": dataclasses.replace(BASE, ports={"master": [29500], "http": [30001, 30002], "ssh": [30001]}),
+    "max-runtime": dataclasses.replace(BASE, max_runtime_s=7200),
+    "odd-role-name": dataclasses.replace(BASE, task_role="param_server" + "x" * 52, task_index=1023),
+    "no-rendezvous": dataclasses.replace(BASE, env={"FOO": "bar"}),
+}
+SETTINGS_VARIANTS = {
+    "affinity": SETTINGS,
+    "node-name": KubernetesSettings(
+        namespace="ml-prod", node_binding="node_name", service_account="trainer", termination_grace_s=0
+    ),
+}
+
+
+def validate(manifest: dict[str, Any], version: str) -> None:
+    try:
+        kubernetes_validate.validate(manifest, version, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        path = ".".join(str(p) for p in error.path)
+        pytest.fail(f"{manifest['kind']} invalid for Kubernetes {version} at {path}: {error.message}")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("settings_name", SETTINGS_VARIANTS)
+@pytest.mark.parametrize("launch_name", LAUNCHES)
+def test_every_pod_manifest_is_valid(launch_name: str, settings_name: str, version: str) -> None:
+    validate(pod_manifest(LAUNCHES[launch_name], SETTINGS_VARIANTS[settings_name], OWNER), version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("owner", [None, OwnerRef("apps/v1", "Deployment", "corral-launcher", "0-1-2")])
+def test_every_service_manifest_is_valid(owner: OwnerRef | None, version: str) -> None:
+    validate(service_manifest(BASE.job_id, SETTINGS, owner), version)
+
+
+def test_the_validator_catches_a_broken_manifest() -> None:
+    """A guard against validating nothing: a misspelt field is an error in strict mode."""
+    broken = pod_manifest(BASE, SETTINGS)
+    broken["spec"]["restartPolicyy"] = "Never"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.30", strict=True)
+
+
+def test_gpu_and_cpu_resources() -> None:
+    gpu = pod_manifest(BASE, SETTINGS)["spec"]["containers"][0]
+    assert gpu["resources"] == {
+        "requests": {"cpu": "16000m", "memory": "65536Mi"},
+        "limits": {"cpu": "16000m", "memory": "65536Mi", "nvidia.com/gpu": "4"},
+    }
+    no_gpu = pod_manifest(LAUNCHES["no-gpu"], SETTINGS)["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in no_gpu["resources"]["limits"]
+    env = {e["name"]: e["value"] for e in no_gpu["env"]}
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # CUDA images default to all GPUs
+
+
+def test_ports_runtime_and_node_binding() -> None:
+    pod = pod_manifest(LAUNCHES["ports"], SETTINGS_VARIANTS["node-name"])
+    assert pod["spec"]["containers"][0]["ports"] == [
+        {"containerPort": 29500, "protocol": "TCP"},
+        {"containerPort": 30001, "protocol": "TCP"},
+        {"containerPort": 30002, "protocol": "TCP"},
+    ]
+    assert pod["spec"]["nodeName"] == "gpu-node-3"
+    assert "affinity" not in pod["spec"]
+    assert "activeDeadlineSeconds" not in pod["spec"]
+    assert pod_manifest(LAUNCHES["max-runtime"], SETTINGS)["spec"]["activeDeadlineSeconds"] == 7200
+
+
+def test_a_launch_without_an_image_says_how_to_fix_it() -> None:
+    with pytest.raises(ManifestError, match="CORRAL_KUBERNETES_DEFAULT_IMAGE"):
+        pod_manifest(dataclasses.replace(BASE, image=None), SETTINGS)
+    defaulted = pod_manifest(
+        dataclasses.replace(BASE, image=None), SETTINGS.model_copy(update={"default_image": "x:1"})
+    )
+    assert defaulted["spec"]["containers"][0]["image"] == "x:1"
+
+
+def test_names_are_valid_and_distinct_after_sanitising() -> None:
+    assert dns_label("worker-3") == "worker-3"
+    assert dns_label("a_b-0") != dns_label("a-b-0")
+    long_name = dns_label("param_server" + "x" * 60 + "-1023")
+    assert len(long_name) <= 63
+    assert long_name[0].isalpha()
+    assert label_value("x" * 64) != label_value("x" * 65)
+    assert len(label_value("x" * 64)) <= 63
+
+
+def test_rendezvous_addresses_become_pod_dns_names() -> None:
+    env = {
+        "MASTER_ADDR": "10.0.0.1",
+        "PAI_TASK_ROLE_LIST": "master,data-worker",
+        "PAI_TASK_ROLE_TASK_COUNT_master": "1",
+        "PAI_TASK_ROLE_TASK_COUNT_data_worker": "2",
+        "PAI_HOST_IP_master_0": "10.0.0.1",
+        "PAI_HOST_IP_data_worker_1": "10.0.0.2",
+        "OTHER": "kept",
+    }
+    job = "job-01m81scc9vkd1fesxk1gz86zrz"
+    rewritten = kubernetes_environment(env, job_id=job, namespace="ml", cluster_domain="cluster.local")
+    assert rewritten["MASTER_ADDR"] == f"master-0.{job}.ml.svc.cluster.local"
+    assert rewritten["PAI_HOST_IP_data_worker_1"] == f"data-worker-1.{job}.ml.svc.cluster.local"
+    assert rewritten["PAI_HOST_IP_data_worker_0"] == pod_dns_name(
+        job, "data-worker", 0, "ml", "cluster.local"
+    )
+    assert rewritten["OTHER"] == "kept"
+    pod = pod_manifest(dataclasses.replace(BASE, task_role="data-worker", task_index=1), SETTINGS)
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("data-worker-1", job)
