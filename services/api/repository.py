@@ -101,6 +101,10 @@ class ApiRepository:
         row = await self.db.fetchrow(SQL.latest_attempt_of_task, job_id, role, index, attempt_no)
         return dict(row) if row else None
 
+    async def attempt_state(self, attempt_id: str) -> str | None:
+        state = await self.db.fetchrow(SQL.attempt_state, attempt_id)
+        return str(state["state"]) if state else None
+
     async def upsert_token(self, token_id: str, name: str, sha256: str, role: str, username: str) -> None:
         async with self.db.transaction() as conn:
             await conn.execute(SQL.upsert_token, token_id, name, sha256, role, username)

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from services.api.auth import AuthenticatedPrincipal, Principal
+from services.api.logs import follow_log
 from services.api.repository import ApiRepository
 from services.api.views import JobList, JobView
 from shared.errors import Forbidden, NotFound
@@ -88,8 +89,12 @@ async def get_logs(
     principal: AuthenticatedPrincipal,
     task: Annotated[str | None, Query(max_length=80, description="<role>-<index>, e.g. main-0")] = None,
     attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
-) -> PlainTextResponse:
-    """stdout and stderr of one task attempt (default: the first task, latest attempt)."""
+    follow: Annotated[bool, Query(description="stream until the attempt ends")] = False,
+) -> Response:
+    """stdout and stderr of one task attempt (default: the first task, latest attempt).
+
+    With ``follow=true`` the response streams: what the log holds now, then whatever the
+    task writes, until the attempt has ended and everything it wrote was sent."""
     repo = _repo(request)
     job = await _visible_job(repo, job_id, principal)
     if task is None:
@@ -104,6 +109,10 @@ async def get_logs(
     if row is None or not row["log_path"]:
         which = f"attempt {attempt} of " if attempt else ""
         raise NotFound(f"no logs yet for {which}task {role}-{index} of job {job_id}; it has not started")
+    if follow:
+        return StreamingResponse(
+            follow_log(repo, row["id"], Path(row["log_path"])), media_type="text/plain; charset=utf-8"
+        )
     text = await asyncio.to_thread(_read_tail, Path(row["log_path"]), MAX_LOG_BYTES)
     return PlainTextResponse(text)
 

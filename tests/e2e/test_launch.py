@@ -159,3 +159,25 @@ async def test_max_runtime_is_enforced(stack: Stack) -> None:
     [attempt] = job["attempts"]
     assert attempt["classification"] == "permanent"
     assert "max_runtime_s=1" in attempt["reason"]
+
+
+async def test_logs_can_be_followed_while_the_task_runs_and_survive_it(stack: Stack) -> None:
+    async with stack.client() as http:
+        job_id = await submit(http, f"echo first; {HOLD}")
+        await wait_state(http, job_id, {"RUNNING"})
+        received = ""
+        released = False
+        async with http.stream("GET", f"/api/v1/jobs/{job_id}/logs", params={"follow": "true"}) as response:
+            assert response.status_code == 200
+            async for chunk in response.aiter_text():
+                received += chunk
+                if "first" in received and not released:
+                    # The stream is open and has delivered the first line while the task
+                    # still runs; now let the task finish, and the stream must end by itself.
+                    stack.release(job_id)
+                    released = True
+        assert received == "first\nreleased\n"
+        job = await wait_state(http, job_id, ENDS)
+        assert job["state"] == "SUCCEEDED"
+        after = await http.get(f"/api/v1/jobs/{job_id}/logs", params={"task": "main-0", "attempt": 1})
+        assert after.text == "first\nreleased\n"

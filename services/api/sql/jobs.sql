@@ -42,3 +42,6 @@ WHERE id = $1 AND state = 'PENDING';
 -- name: request_cancel
 UPDATE api.jobs SET cancel_requested_at = now(), updated_at = now()
 WHERE id = $1 AND cancel_requested_at IS NULL;
+
+-- name: attempt_state
+SELECT state FROM launcher.attempts WHERE id = $1;
