@@ -42,18 +42,25 @@ class Cycle:
             await wait_event(self._wakeup, self._interval_s)
 
     async def run_once(self) -> int:
-        conn = self._leadership.conn
-        if conn is None:
-            return 0
-        started = time.perf_counter()
-        try:
-            async with conn.transaction():
-                pending, nodes = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
-                decisions = decide(pending, nodes)
-                placed = await commit_decisions(conn, decisions)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("scheduling cycle failed (%s); will retry", exc)
-            return 0
+        async with self._leadership.lock:
+            conn = self._leadership.conn
+            if conn is None:
+                return 0
+            started = time.perf_counter()
+            try:
+                async with conn.transaction():
+                    pending, nodes = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
+                    decisions = decide(pending, nodes)
+                    placed = await commit_decisions(conn, decisions)
+            except asyncpg.PostgresError as exc:
+                log.warning("scheduling cycle failed (%s); will retry", exc)
+                return 0
+            except (OSError, asyncpg.InterfaceError) as exc:
+                # The connection itself is in trouble: its lock (and our leadership) may
+                # be gone. Stand down; a fresh campaign decides who leads next.
+                log.warning("scheduling cycle lost its connection (%s); standing down", exc)
+                await self._leadership.resign()
+                return 0
         self.cycles += 1
         self.placed += placed
         if placed:

@@ -4,6 +4,10 @@ The leader holds ``pg_try_advisory_lock`` on its own dedicated connection and ru
 cycle's transaction *on that connection*. That is the fence: if the connection drops,
 the lock is released and the old leader's next transaction fails with it, so two
 schedulers can never both commit decisions. Standbys retry every ``retry_s``.
+
+The leader connection is shared by the liveness check and the cycle; asyncpg allows one
+operation at a time per connection, so both take ``lock`` first (an overlapping
+``SELECT 1`` would otherwise corrupt the cycle's transaction state).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Leadership:
         self._retry_s = retry_s
         self.conn: Connection | None = None
         self.acquired = asyncio.Event()
+        self.lock = asyncio.Lock()
 
     @property
     def is_leader(self) -> bool:
@@ -59,12 +64,18 @@ class Leadership:
             await conn.close()
 
     async def _check_alive(self) -> None:
-        assert self.conn is not None
-        try:
-            await self.conn.fetchval("SELECT 1")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            log.warning("lost the leader connection; standing down")
-            await self._resign()
+        async with self.lock:
+            if self.conn is None:
+                return
+            try:
+                await self.conn.fetchval("SELECT 1")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                log.warning("lost the leader connection; standing down")
+                await self._resign()
+
+    async def resign(self) -> None:
+        """Give up leadership (the caller holds ``lock``); a fresh campaign follows."""
+        await self._resign()
 
     async def _resign(self) -> None:
         conn, self.conn = self.conn, None

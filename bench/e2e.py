@@ -1,0 +1,146 @@
+"""End-to-end throughput and start latency of the whole stack (``python -m bench.e2e``).
+
+Starts a private stack as ``make up`` does (simulated GPUs), submits ``--jobs`` trivial
+one-GPU jobs (``true``) through the HTTP API with ``--concurrency`` clients, waits until
+every job has ended, and prints one JSON line:
+
+- ``jobs_per_s``: jobs finished per second, first submit to last finish;
+- ``start_latency_p50_ms`` / ``_p99_ms``: submit accepted (the job row's creation) to the
+  task's process started (the attempt's ``started_at``), both stamped by Postgres' clock;
+- ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client.
+
+``--with-slurm`` also runs the Slurm peer (../shared/peers/slurm: setup.sh then
+bench.sh N, as root) in the same run, so both figures come from one machine, one time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from bench.stack import BenchStack, private_stack
+
+SLURM_DIR = Path(__file__).resolve().parents[2] / "shared" / "peers" / "slurm"
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def _submit_all(stack: BenchStack, jobs: int, concurrency: int) -> list[float]:
+    spec = {"name": "bench", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 1}}]}
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for number in range(jobs):
+        queue.put_nowait(number)
+    round_trips: list[float] = []
+    headers = {"Authorization": f"Bearer {stack.token()}"}
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, limits=limits, timeout=30) as http:
+
+        async def worker() -> None:
+            while not queue.empty():
+                queue.get_nowait()
+                started = time.perf_counter()
+                response = await http.post("/api/v1/jobs", json=spec)
+                round_trips.append((time.perf_counter() - started) * 1000)
+                response.raise_for_status()
+
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(concurrency):
+                tg.create_task(worker())
+    return round_trips
+
+
+async def _wait_all_ended(conn: asyncpg.Connection, jobs: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ended = await conn.fetchval(
+            "SELECT count(*) FROM api.jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')"
+        )
+        if ended >= jobs:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"only {ended} of {jobs} jobs ended in {timeout_s}s")
+
+
+async def measure(stack: BenchStack, jobs: int, concurrency: int) -> dict[str, Any]:
+    conn = await asyncpg.connect(stack.database_url())
+    try:
+        wall_started = time.perf_counter()
+        round_trips = await _submit_all(stack, jobs, concurrency)
+        await _wait_all_ended(conn, jobs, timeout_s=max(120.0, jobs * 0.5))
+        wall = time.perf_counter() - wall_started
+        row = await conn.fetchrow(
+            """SELECT extract(epoch FROM max(finished_at) - min(created_at)) AS span,
+                      count(*) FILTER (WHERE state <> 'SUCCEEDED') AS not_ok
+               FROM api.jobs"""
+        )
+        latencies = [
+            float(r["ms"])
+            for r in await conn.fetch(
+                """SELECT extract(epoch FROM a.started_at - j.created_at) * 1000 AS ms
+                   FROM api.jobs j JOIN launcher.attempts a ON a.job_id = j.id AND a.attempt_no = 1"""
+            )
+        ]
+    finally:
+        await conn.close()
+    assert row is not None
+    return {
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "jobs_per_s": round(jobs / float(row["span"]), 1),
+        "start_latency_p50_ms": round(statistics.median(latencies), 1),
+        "start_latency_p99_ms": round(_percentile(latencies, 0.99), 1),
+        "submit_p50_ms": round(statistics.median(round_trips), 1),
+        "submit_p99_ms": round(_percentile(round_trips, 0.99), 1),
+        "failed_jobs": int(row["not_ok"]),
+        "wall_s": round(wall, 2),
+    }
+
+
+def run_slurm_peer(jobs: int) -> dict[str, Any]:
+    if os.geteuid() != 0 or not (SLURM_DIR / "bench.sh").exists():
+        return {"error": "the Slurm peer needs root and ../shared/peers/slurm"}
+    subprocess.run(["bash", str(SLURM_DIR / "setup.sh")], check=True, capture_output=True, timeout=600)
+    output = subprocess.run(
+        ["bash", str(SLURM_DIR / "bench.sh"), str(jobs)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    ).stdout
+    result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs on the node")
+    parser.add_argument("--with-slurm", action="store_true", help="also measure the Slurm peer in this run")
+    parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
+    args = parser.parse_args(argv)
+    with private_stack(gpus=args.gpus, keep=args.keep) as stack:
+        result = asyncio.run(measure(stack, args.jobs, args.concurrency))
+    result = {"bench": "e2e", "gpus": args.gpus, **result}
+    if args.with_slurm:
+        result["slurm"] = run_slurm_peer(min(args.jobs, 200))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""A private Corral stack for benchmarks: the same supervisor as ``make up``, its own
+Postgres and NATS under a temporary ``CORRAL_HOME``, on free ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from corral.local.ports import child_output, free_port
+
+
+@dataclass
+class BenchStack:
+    home: Path
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def token(self) -> str:
+        return (self.home / "admin-token").read_text().strip()
+
+    def database_url(self) -> str:
+        from corral.local.postgres import LocalPostgres
+
+        pg_port = int(os.environ.get("BENCH_PG_PORT", "0")) or self._pg_port
+        return LocalPostgres(self.home / "postgres", pg_port).url()
+
+    _pg_port: int = 0
+
+
+@contextmanager
+def private_stack(
+    *, gpus: int = 8, extra_env: dict[str, str] | None = None, keep: bool = False
+) -> Iterator[BenchStack]:
+    """Start the stack; ``keep`` leaves its home (logs, data) behind for a post-mortem."""
+    home = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    home.chmod(0o755)  # a root-started private Postgres runs as an unprivileged user
+    port, pg_port = free_port(), free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")},
+        "CORRAL_HOME": str(home),
+        "CORRAL_PORT": str(port),
+        "CORRAL_PG_PORT": str(pg_port),
+        "CORRAL_NATS_PORT": str(free_port()),
+        "CORRAL_SIMULATED_GPUS": str(gpus),
+        "CORRAL_TELEMETRY_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+        **(extra_env or {}),
+    }
+    with child_output(home / "supervisor.log") as log:
+        process = subprocess.Popen([sys.executable, "-m", "corral", "up"], env=env, stdout=log, stderr=log)
+    stack = BenchStack(home, port, process)
+    stack._pg_port = pg_port
+    try:
+        _wait_ready(stack)
+        yield stack
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        if keep:
+            print(f"stack home kept at {home}", file=sys.stderr)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_ready(stack: BenchStack, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if stack.process.poll() is not None:
+            raise RuntimeError(f"the stack exited: {(stack.home / 'supervisor.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{stack.base_url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the stack did not become ready")
