@@ -18,9 +18,12 @@ drops it, and consumers are idempotent beyond that window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import zlib
 from typing import Any
+
+import asyncpg
 
 from shared.aio import wait_event
 from shared.bus.protocol import Bus
@@ -84,20 +87,27 @@ class OutboxRelay:
     async def run(self) -> None:
         """Relay forever: wake on NOTIFY, and poll anyway in case a NOTIFY was missed.
 
-        The listening connection comes from the pool and goes back on exit; asyncpg's
-        reset on release drops the LISTEN, so nothing needs undoing by hand.
+        The listening connection comes from the pool (``async with``, so it goes back
+        even if we are cancelled while acquiring it) and stops listening before it does.
         """
         async with self._db.connection() as listener:
             await listener.add_listener(NOTIFY_CHANNEL, self._on_notify)
-            cleanup_due = 0.0
-            while True:
-                self._wakeup.clear()
-                await self.relay_pending()
-                now = asyncio.get_running_loop().time()
-                if now >= cleanup_due:
-                    await self._delete_old_sent_rows()
-                    cleanup_due = now + 600
-                await wait_event(self._wakeup, self._poll_interval_s)
+            try:
+                await self._relay_forever()
+            finally:
+                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await listener.remove_listener(NOTIFY_CHANNEL, self._on_notify)
+
+    async def _relay_forever(self) -> None:
+        cleanup_due = 0.0
+        while True:
+            self._wakeup.clear()
+            await self.relay_pending()
+            now = asyncio.get_running_loop().time()
+            if now >= cleanup_due:
+                await self._delete_old_sent_rows()
+                cleanup_due = now + 600
+            await wait_event(self._wakeup, self._poll_interval_s)
 
     def _on_notify(self, *_: Any) -> None:
         self._wakeup.set()
