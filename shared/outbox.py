@@ -34,13 +34,21 @@ from shared.telemetry import current_traceparent
 log = logging.getLogger(__name__)
 
 PARTITIONS = 16
-NOTIFY_CHANNEL = "corral_outbox"
 # Class id of the partition advisory locks (the second key is the partition number).
 _RELAY_LOCK_CLASS = 0x0C0A
 
 
 def partition_of(aggregate: str) -> int:
     return zlib.crc32(aggregate.encode()) % PARTITIONS
+
+
+def notify_channel(source: str) -> str:
+    """The NOTIFY channel of one event source (``corral/api`` → ``corral_outbox_api``).
+
+    Each service's relay wakes only for its own service's writes, so five relays do not
+    all race for every row; they still share every partition, and each polls anyway.
+    """
+    return "corral_outbox_" + source.rsplit("/", 1)[-1]
 
 
 async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
@@ -61,7 +69,7 @@ async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
         event.model_dump_json().encode(),
         headers,
     )
-    await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+    await conn.execute("SELECT pg_notify($1, '')", notify_channel(event.source))
 
 
 class OutboxRelay:
@@ -72,6 +80,7 @@ class OutboxRelay:
         db: Database,
         bus: Bus,
         *,
+        source: str = "corral/any",
         batch_size: int = 256,
         poll_interval_s: float = 1.0,
         retention_s: float = 24 * 3600,
@@ -82,6 +91,7 @@ class OutboxRelay:
         self._poll_interval_s = poll_interval_s
         self._retention_s = retention_s
         self._wakeup = asyncio.Event()
+        self._channel = notify_channel(source)
         self.published = 0
 
     async def run(self) -> None:
@@ -91,12 +101,12 @@ class OutboxRelay:
         even if we are cancelled while acquiring it) and stops listening before it does.
         """
         async with self._db.connection() as listener:
-            await listener.add_listener(NOTIFY_CHANNEL, self._on_notify)
+            await listener.add_listener(self._channel, self._on_notify)
             try:
                 await self._relay_forever()
             finally:
                 with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await listener.remove_listener(NOTIFY_CHANNEL, self._on_notify)
+                    await listener.remove_listener(self._channel, self._on_notify)
 
     async def _relay_forever(self) -> None:
         cleanup_due = 0.0

@@ -117,7 +117,11 @@ class ServiceResources:
 
 
 @asynccontextmanager
-async def service_resources(name: str, settings: CommonSettings) -> AsyncIterator[ServiceResources]:
+async def service_resources(
+    name: str, settings: CommonSettings, *, event_source: str | None = None
+) -> AsyncIterator[ServiceResources]:
+    """Open everything a service needs; ``event_source`` is the ``source`` of its events
+    (default ``corral/<name>``), which picks the NOTIFY channel its outbox relay hears."""
     setup_telemetry(name, settings.telemetry)
     async with AsyncExitStack() as stack:
         db = await connect(settings.database)
@@ -138,7 +142,7 @@ async def service_resources(name: str, settings: CommonSettings) -> AsyncIterato
             db=db,
             bus=bus,
             dead_letters=PostgresDeadLetters(db),
-            relay=OutboxRelay(db, bus),
+            relay=OutboxRelay(db, bus, source=event_source or f"corral/{name}"),
             health=health,
         )
         log.info("%s shutting down", name)

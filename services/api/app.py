@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
-from services.api.auth import bootstrap_admin
+from services.api.auth import TokenCache, bootstrap_admin
 from services.api.problems import install_problem_handlers, problem
 from services.api.repository import ApiRepository
 from services.api.routes_jobs import router as jobs_router
@@ -48,6 +48,7 @@ def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastA
         description="Submit and follow training jobs on a Corral GPU cluster.",
     )
     app.state.repo = repo
+    app.state.token_cache = TokenCache()
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)
     app.include_router(jobs_router)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,9 @@ from fastapi import Depends, Request
 from services.api.repository import ApiRepository
 from shared.errors import Unauthorized
 
+# A verified token is trusted for this long without asking Postgres again; revoking a
+# token therefore takes effect within this many seconds.
+TOKEN_CACHE_S = 5.0
 TOKEN_PREFIX = "crl_"  # noqa: S105  # a prefix that makes leaked tokens greppable, not a secret
 
 
@@ -63,11 +67,38 @@ async def current_principal(request: Request) -> Principal:
             "missing bearer token: send 'Authorization: Bearer <token>' "
             "(the admin token is in $CORRAL_HOME/admin-token)"
         )
-    repo: ApiRepository = request.app.state.repo
-    row = await repo.token_by_hash(hash_token(token.strip()))
-    if row is None:
-        raise Unauthorized("the bearer token is unknown or revoked")
-    return Principal(username=row["username"], role=row["role"])
+    cache: TokenCache = request.app.state.token_cache
+    digest = hash_token(token.strip())
+    principal = cache.get(digest)
+    if principal is None:
+        repo: ApiRepository = request.app.state.repo
+        row = await repo.token_by_hash(digest)
+        if row is None:
+            raise Unauthorized("the bearer token is unknown or revoked")
+        principal = Principal(username=row["username"], role=row["role"])
+        cache.put(digest, principal)
+    return principal
+
+
+class TokenCache:
+    """Verified token hashes → principals, for ``TOKEN_CACHE_S``; bounded in size."""
+
+    def __init__(self, ttl_s: float = TOKEN_CACHE_S, max_entries: int = 10_000) -> None:
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        self._entries: dict[str, tuple[float, Principal]] = {}
+
+    def get(self, digest: str) -> Principal | None:
+        entry = self._entries.get(digest)
+        if entry is None or entry[0] < time.monotonic():
+            self._entries.pop(digest, None)
+            return None
+        return entry[1]
+
+    def put(self, digest: str, principal: Principal) -> None:
+        if len(self._entries) >= self._max:
+            self._entries.clear()  # crude but bounded: a flood of tokens cannot grow memory
+        self._entries[digest] = (time.monotonic() + self._ttl_s, principal)
 
 
 AuthenticatedPrincipal = Annotated[Principal, Depends(current_principal)]

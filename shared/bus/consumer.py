@@ -60,6 +60,8 @@ async def run_consumer(
     stats = stats or ConsumerStats()
     subscription = await bus.subscribe(spec.config)
     while True:
+        # A client library that swallowed our cancellation must not keep us looping.
+        raise_if_cancelling()
         try:
             deliveries = await subscription.fetch(spec.batch, spec.fetch_timeout_s)
         except (ConnectionError, OSError, TimeoutError) as exc:

@@ -68,7 +68,11 @@ async def test_service_serves_health_and_stops_cleanly_on_sigterm(
         ready = await _wait_ready(port, proc)
         assert ready["ready"] is True
         proc.send_signal(signal.SIGTERM)
-        code = await asyncio.to_thread(proc.wait, 15)
+        try:
+            code = await asyncio.to_thread(proc.wait, 15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"{module} ignored SIGTERM:\n{proc.communicate()[0].decode()}") from None
         output = proc.communicate()[0].decode()
         assert code == 0, output
     finally:

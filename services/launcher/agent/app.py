@@ -12,7 +12,7 @@ import logging
 
 import asyncpg
 
-from services.launcher.agent.agent import NodeAgent
+from services.launcher.agent.agent import SOURCE, NodeAgent
 from services.launcher.agent.settings import Settings
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
@@ -40,7 +40,10 @@ async def reconcile_forever(agent: NodeAgent, interval_s: float) -> None:
 
 async def serve(settings: Settings) -> None:
     node_id = settings.agent.node_id
-    async with service_resources(f"agent-{node_id}", settings.common) as res, asyncio.TaskGroup() as tg:
+    async with (
+        service_resources(f"agent-{node_id}", settings.common, event_source=SOURCE) as res,
+        asyncio.TaskGroup() as tg,
+    ):
         agent = NodeAgent(
             res.db,
             tg,
