@@ -45,8 +45,9 @@ class JobState(StrEnum):
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
-# Which service may move a job from one state to another. Enforced by the repositories
-# (each writes only its own transitions) and documented in docs/tables.md.
+# Which service may move a job from one state to another (docs/tables.md). The launcher,
+# which owns most transitions, checks each one with ``check_transition``; the API's and
+# the scheduler's single transitions are guarded by their SQL (``WHERE state = ...``).
 TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (JobState.PENDING, JobState.SCHEDULED): "scheduler",
     (JobState.PENDING, JobState.CANCELLED): "api",
@@ -61,6 +62,16 @@ TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (JobState.RUNNING, JobState.SUCCEEDED): "launcher",
     (JobState.RUNNING, JobState.FAILED): "launcher",
 }
+
+
+def check_transition(current: JobState, target: JobState, actor: str) -> None:
+    """Raise if ``actor`` may not move a job from ``current`` to ``target`` (a bug)."""
+    owner = TRANSITIONS.get((current, target))
+    if owner != actor:
+        raise RuntimeError(
+            f"{actor} tried to move a job {current.value} -> {target.value}, "
+            f"a transition that belongs to {owner or 'nobody'}"
+        )
 
 
 class Resources(BaseModel):

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
+import asyncpg
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -99,6 +100,20 @@ async def serve_health(health: Health, settings: HealthSettings) -> None:
         await asyncio.Event().wait()  # endpoint switched off; idle like any root task
         return
     await serve_http(Starlette(routes=health_routes(health)), settings.host, settings.port, health.service)
+
+
+async def every(interval_s: float, action: Callable[[], Awaitable[object]], what: str) -> None:
+    """Run ``action`` now and then every ``interval_s``, forever (a root task's body).
+
+    A database or network failure is logged and retried next time: a reconcile loop must
+    outlive a Postgres restart. Anything else is a bug and kills the root task.
+    """
+    while True:
+        try:
+            await action()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("%s failed (%s); will retry in %.0fs", what, exc, interval_s)
+        await asyncio.sleep(interval_s)
 
 
 @dataclass

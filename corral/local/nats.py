@@ -5,11 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.local.ports import child_output, port_open
+from corral.local.ports import child_output, wait_until_listening
 
 
 def find_nats_server() -> str:
@@ -55,13 +54,7 @@ class LocalNats:
                 stderr=log,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout_s
-        while not port_open(self.port):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"nats-server exited with {self.process.returncode} at start")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nats-server did not listen on port {self.port}")
-            time.sleep(0.02)
+        wait_until_listening(self.process, self.port, timeout_s, "nats-server")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process is None or self.process.poll() is not None:

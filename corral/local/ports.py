@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,3 +36,14 @@ def child_output(log_file: Path | None) -> Iterator[IO[bytes] | int]:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as handle:
         yield handle
+
+
+def wait_until_listening(process: subprocess.Popen[bytes], port: int, timeout_s: float, name: str) -> None:
+    """Wait for a server we just started to listen on ``port``; fail fast if it died."""
+    deadline = time.monotonic() + timeout_s
+    while not port_open(port):
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode} at start (see its log)")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not listen on port {port} within {timeout_s:.0f}s")
+        time.sleep(0.02)

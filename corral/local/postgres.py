@@ -13,11 +13,10 @@ import pwd
 import secrets
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.local.ports import child_output, port_open
+from corral.local.ports import child_output, wait_until_listening
 
 _SEARCH_DIRS = ("/usr/lib/postgresql/{v}/bin", "/usr/local/pgsql/bin")
 
@@ -145,13 +144,7 @@ class LocalPostgres:
                 stderr=log,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout_s
-        while not port_open(self.port):
-            if self.process.poll() is not None:
-                raise RuntimeError(f"postgres exited with {self.process.returncode} at start")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"postgres did not listen on port {self.port} in {timeout_s}s")
-            time.sleep(0.05)
+        wait_until_listening(self.process, self.port, timeout_s, "postgres")
         self._ensure_database()
 
     def _ensure_database(self) -> None:

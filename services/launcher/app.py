@@ -5,28 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import asyncpg
-
 from services.launcher import repository
 from services.launcher.handlers import CONSUMER, LauncherHandlers
 from services.launcher.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.db.pool import Database
-from shared.service import run_service, service_resources
+from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
 
 
-async def reconcile_forever(db: Database, interval_s: float) -> None:
-    """On start and then periodically, repair what lost events left behind."""
-    while True:
-        try:
-            repaired = await repository.reconcile(db)
-            if any(repaired.values()):
-                log.info("reconciled: %s", repaired)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("reconcile failed (%s); will retry", exc)
-        await asyncio.sleep(interval_s)
+async def reconcile(db: Database) -> None:
+    """Repair what lost events left behind (on start, then periodically)."""
+    repaired = await repository.reconcile(db)
+    if any(repaired.values()):
+        log.info("reconciled: %s", repaired)
 
 
 async def serve(settings: Settings) -> None:
@@ -39,7 +32,8 @@ async def serve(settings: Settings) -> None:
                 name="consumer",
             )
             tg.create_task(
-                reconcile_forever(res.db, settings.launcher.reconcile_interval_s), name="reconcile"
+                every(settings.launcher.reconcile_interval_s, lambda: reconcile(res.db), "reconcile"),
+                name="reconcile",
             )
 
 

@@ -39,7 +39,7 @@ from shared.events.types import (
     TaskStopRequestedData,
 )
 from shared.ids import new_attempt_id
-from shared.jobs import JobSpec, JobState
+from shared.jobs import JobSpec, JobState, check_transition
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -142,6 +142,7 @@ async def _transition(
     exit_code: int | None = None,
     reason: str | None = None,
 ) -> None:
+    check_transition(JobState(job["state"]), to, "launcher")
     await conn.execute(SQL.set_job_state, job["id"], to.value, exit_code, reason)
     job_id, generation = job["id"], job["generation"]
     event: JobRunning | JobSucceeded | JobFailed | JobCancelled
@@ -281,6 +282,7 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
 async def _requeue(
     conn: Connection, job: dict[str, Any], retries: int, delay_s: float, classification: str, reason: str
 ) -> None:
+    check_transition(JobState(job["state"]), JobState.PENDING, "launcher")
     not_before = await conn.fetchval(SQL.requeue_job, job["id"], retries, delay_s, reason)
     event = JobRetrying(
         source=SOURCE,

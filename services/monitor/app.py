@@ -5,28 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import asyncpg
-
 from services.monitor.handlers import HEARTBEATS, MonitorHandlers
 from services.monitor.repository import mark_silent_nodes_unreachable
 from services.monitor.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.db.pool import Database
-from shared.service import run_service, service_resources
+from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
 
 
-async def liveness_forever(db: Database, timeout_s: float, interval_s: float) -> None:
-    while True:
-        try:
-            async with db.transaction() as conn:
-                marked = await mark_silent_nodes_unreachable(conn, timeout_s)
-            for node_id in marked:
-                log.warning("node %s missed its heartbeats; now UNREACHABLE", node_id)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("liveness check failed (%s); will retry", exc)
-        await asyncio.sleep(interval_s)
+async def check_liveness(db: Database, timeout_s: float) -> None:
+    async with db.transaction() as conn:
+        marked = await mark_silent_nodes_unreachable(conn, timeout_s)
+    for node_id in marked:
+        log.warning("node %s missed its heartbeats; now UNREACHABLE", node_id)
 
 
 async def serve(settings: Settings) -> None:
@@ -38,11 +31,12 @@ async def serve(settings: Settings) -> None:
                 run_consumer(res.bus, ConsumerSpec(HEARTBEATS, handlers.handle), res.dead_letters),
                 name="heartbeats",
             )
+            timeout_s = settings.monitor.heartbeat_timeout_s
             tg.create_task(
-                liveness_forever(
-                    res.db,
-                    settings.monitor.heartbeat_timeout_s,
+                every(
                     settings.monitor.liveness_interval_s,
+                    lambda: check_liveness(res.db, timeout_s),
+                    "liveness check",
                 ),
                 name="liveness",
             )

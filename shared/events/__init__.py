@@ -4,7 +4,7 @@
 it rejects is a poison message (see ``shared/bus/consumer.py``).
 """
 
-from shared.events.envelope import Envelope, new_envelope
+from shared.events.envelope import Envelope
 from shared.events.types import (
     AlertFiring,
     Event,
@@ -47,6 +47,5 @@ __all__ = [
     "TaskStarted",
     "TaskStopRequested",
     "event_json_schema",
-    "new_envelope",
     "parse_event",
 ]

@@ -48,8 +48,3 @@ class Envelope(BaseModel):
     def nats_subject(self) -> str:
         """``corral.<entity>.<verb>.<key>`` — see ``shared/bus/streams.py``."""
         return f"{self.subject_prefix}.{self.routing_key}"
-
-
-def new_envelope(**fields: Any) -> dict[str, Any]:
-    """Fields for building an event with defaults filled (used by tests and tools)."""
-    return {"id": new_event_id(), "time": utcnow(), **fields}

@@ -85,3 +85,15 @@ def test_tasks_corral_stopped_are_not_failures() -> None:
 
 def test_backoff_doubles_and_is_capped() -> None:
     assert [retry_delay_s(n, 10, 60) for n in range(5)] == [10, 20, 40, 60, 60]
+
+
+def test_a_transition_belongs_to_one_service() -> None:
+    import pytest
+
+    from shared.jobs import JobState, check_transition
+
+    check_transition(JobState.RUNNING, JobState.SUCCEEDED, "launcher")
+    with pytest.raises(RuntimeError, match="belongs to scheduler"):
+        check_transition(JobState.PENDING, JobState.SCHEDULED, "launcher")
+    with pytest.raises(RuntimeError, match="belongs to nobody"):
+        check_transition(JobState.SUCCEEDED, JobState.RUNNING, "launcher")

@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import asyncpg
-
 from services.launcher.agent.agent import SOURCE, NodeAgent
 from services.launcher.agent.settings import Settings
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
-from shared.service import run_service, service_resources
+from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +25,6 @@ def assignments_consumer(node_id: str) -> ConsumerConfig:
         durable=f"agent-{node_id}",
         filter_subjects=(f"corral.task.assigned.{node_id}", f"corral.task.stop_requested.{node_id}"),
     )
-
-
-async def reconcile_forever(agent: NodeAgent, interval_s: float) -> None:
-    while True:
-        try:
-            await agent.reconcile()
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            log.warning("agent reconcile failed (%s); will retry", exc)
-        await asyncio.sleep(interval_s)
 
 
 async def serve(settings: Settings) -> None:
@@ -58,7 +47,9 @@ async def serve(settings: Settings) -> None:
         tg.create_task(agent.hold_lease(settings.agent.lease_s), name="lease")
         spec = ConsumerSpec(assignments_consumer(node_id), agent.handle)
         tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name="assignments")
-        tg.create_task(reconcile_forever(agent, settings.agent.reconcile_interval_s), name="reconcile")
+        tg.create_task(
+            every(settings.agent.reconcile_interval_s, agent.reconcile, "agent reconcile"), name="reconcile"
+        )
 
 
 def main() -> int:
