@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from shared.aio import wait_event
+from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
 from shared.db.pool import Connection, Database
 from shared.events.envelope import Envelope
@@ -160,6 +160,7 @@ class OutboxRelay:
                     )
                     sent.append(row["id"])
             except Exception:
+                raise_if_cancelling()
                 # Keep order: stop at the first failure, stamp what got through, retry later.
                 log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
             if sent:

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
 from shared.db.migrations import apply_migrations
 from shared.db.pool import Database, connect
@@ -112,6 +113,7 @@ async def every(interval_s: float, action: Callable[[], Awaitable[object]], what
         try:
             await action()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise_if_cancelling()  # a cancelled query can surface as a connection error
             log.warning("%s failed (%s); will retry in %.0fs", what, exc, interval_s)
         await asyncio.sleep(interval_s)
 

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
+from shared.aio import raise_if_cancelling
 from shared.db.pool import Connection, Database
 from shared.db.queries import Queries
 from shared.events import (
@@ -361,8 +362,9 @@ async def reconcile(db: Database) -> dict[str, int]:
             async with db.transaction() as conn:
                 repaired[kind] += await repair(conn)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            raise  # the database itself is in trouble: let the caller back off
+            raise  # the database itself is in trouble (or we are cancelled): the caller decides
         except Exception:
+            raise_if_cancelling()
             log.exception("could not repair job %s (%s); skipping it this round", job_id, kind)
             repaired["failed"] += 1
     return repaired

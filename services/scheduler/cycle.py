@@ -16,7 +16,7 @@ import asyncpg
 from services.scheduler.leader import Leadership
 from services.scheduler.placement import decide
 from services.scheduler.repository import commit_decisions, load_snapshot
-from shared.aio import wait_event
+from shared.aio import raise_if_cancelling, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,13 @@ class Cycle:
                     decisions = decide(pending, nodes)
                     placed = await commit_decisions(conn, decisions)
             except asyncpg.PostgresError as exc:
+                # Cancelled mid-query (shutdown), asyncpg may raise this instead of the
+                # CancelledError; swallowing it would leave the TaskGroup waiting forever.
+                raise_if_cancelling()
                 log.warning("scheduling cycle failed (%s); will retry", exc)
                 return 0
             except (OSError, asyncpg.InterfaceError) as exc:
+                raise_if_cancelling()
                 # The connection itself is in trouble: its lock (and our leadership) may
                 # be gone. Stand down; a fresh campaign decides who leads next.
                 log.warning("scheduling cycle lost its connection (%s); standing down", exc)

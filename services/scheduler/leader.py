@@ -17,6 +17,7 @@ import logging
 
 import asyncpg
 
+from shared.aio import raise_if_cancelling
 from shared.db.pool import Connection, init_connection
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class Leadership:
         try:
             conn: Connection = await asyncpg.connect(self._url)
         except (OSError, asyncpg.PostgresError) as exc:
+            raise_if_cancelling()
             log.warning("leader election: cannot connect (%s)", exc)
             return
         if await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK):
@@ -70,6 +72,7 @@ class Leadership:
             try:
                 await self.conn.fetchval("SELECT 1")
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                raise_if_cancelling()
                 log.warning("lost the leader connection; standing down")
                 await self._resign()
 

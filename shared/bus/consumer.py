@@ -113,6 +113,7 @@ async def _settle(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            raise_if_cancelling()
             if delivery.num_delivered >= spec.config.max_deliver:
                 reason = f"gave up after {delivery.num_delivered} deliveries: {exc!r}"
                 await dead_letters.record(durable, delivery, reason)

@@ -42,3 +42,18 @@ async def test_only_one_of_two_schedulers_leads_and_the_standby_takes_over(datab
         for task in (one, two):
             task.cancel()
         await asyncio.gather(one, two, return_exceptions=True)
+
+
+async def test_shutdown_mid_cycle_always_completes(database_url: str) -> None:
+    # SIGTERM cancels every root task at once: the leader's connection is closed while a
+    # cycle runs a query on it. The cycle must still end, not swallow its cancellation.
+    for _ in range(15):
+        leadership = Leadership(database_url, retry_s=0.5)
+        cycle = Cycle(leadership, interval_s=0.001)
+        tasks = [asyncio.create_task(leadership.run()), asyncio.create_task(cycle.run())]
+        await asyncio.wait_for(leadership.acquired.wait(), 10)
+        await asyncio.sleep(0.05)
+        for task in tasks:
+            task.cancel()
+        done, pending = await asyncio.wait(tasks, timeout=5)
+        assert not pending, "a scheduler task ignored its cancellation"

@@ -34,6 +34,7 @@ from services.launcher.agent.processes import (
 )
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
 from services.launcher.repository import SQL
+from shared.aio import raise_if_cancelling
 from shared.db.pool import Connection, Database
 from shared.events import Event, TaskAssigned, TaskExited, TaskStarted, TaskStopRequested
 from shared.events.types import TaskExitedData, TaskStartedData
@@ -98,6 +99,7 @@ class NodeAgent:
                 async with self._db.transaction() as conn:
                     renewed = await conn.fetchval(SQL.renew_lease, self.node_id, self.epoch, lease_s)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise_if_cancelling()
                 log.warning("could not renew the lease (%s); retrying", exc)
                 continue
             if renewed is None:

@@ -14,6 +14,7 @@ import time
 
 from services.monitor.exporter.gpus import GpuBackend, open_backend
 from services.monitor.settings import Settings
+from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
 from shared.events import NodeTelemetry
 from shared.events.types import NodeTelemetryData
@@ -47,6 +48,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
         try:
             await bus.publish(event.nats_subject, event.model_dump_json().encode(), msg_id=event.id)
         except Exception as exc:  # NATS down or slow: skip this beat, keep beating
+            raise_if_cancelling()
             log.warning("heartbeat not published (%s)", exc)
         await asyncio.sleep(max(0.0, settings.exporter.interval_s - (time.monotonic() - started)))
 
