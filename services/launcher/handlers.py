@@ -11,7 +11,14 @@ from services.launcher import repository
 from shared.bus import ConsumerConfig
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
-from shared.events import Event, JobCancelRequested, JobScheduled, TaskExited, TaskStarted
+from shared.events import (
+    Event,
+    JobCancelRequested,
+    JobPreemptRequested,
+    JobScheduled,
+    TaskExited,
+    TaskStarted,
+)
 from shared.idempotency import first_time
 
 CONSUMER = ConsumerConfig(
@@ -20,6 +27,7 @@ CONSUMER = ConsumerConfig(
     filter_subjects=(
         "corral.job.scheduled.>",
         "corral.job.cancel_requested.>",
+        "corral.job.preempt_requested.>",
         "corral.task.started.>",
         "corral.task.exited.>",
     ),
@@ -39,7 +47,7 @@ class LauncherHandlers:
                     await repository.create_attempts(conn, data.job_id, data.generation)
                 case TaskStarted(data=data):
                     await repository.mark_running(conn, data.job_id)
-                case TaskExited(data=data) | JobCancelRequested(data=data):
+                case TaskExited(data=data) | JobCancelRequested(data=data) | JobPreemptRequested(data=data):
                     await repository.evaluate_job(conn, data.job_id)
                 case _:
                     pass  # not ours (the consumer filter makes this unreachable)

@@ -24,6 +24,7 @@ from shared.db.queries import Queries
 from shared.events import (
     JobCancelled,
     JobFailed,
+    JobPreempted,
     JobRetrying,
     JobRunning,
     JobSucceeded,
@@ -33,6 +34,7 @@ from shared.events import (
 )
 from shared.events.types import (
     JobEndedData,
+    JobPreemptionData,
     JobRetryingData,
     JobRunningData,
     TaskAssignedData,
@@ -190,7 +192,9 @@ async def _attempts(conn: Connection, job: dict[str, Any]) -> list[AttemptOutcom
     ]
 
 
-async def request_stop(conn: Connection, job_id: str, attempt: AttemptOutcome, reason: str) -> None:
+async def request_stop(
+    conn: Connection, job_id: str, attempt: AttemptOutcome, reason: str, platform: str | None = None
+) -> None:
     """Ask the attempt's node to stop it (SIGTERM, then SIGKILL after the grace period)."""
     if attempt.state == "ASSIGNED":
         await conn.fetchval(SQL.stop_unstarted, attempt.id, reason)
@@ -202,7 +206,12 @@ async def request_stop(conn: Connection, job_id: str, attempt: AttemptOutcome, r
         source=SOURCE,
         subject=attempt.id,
         data=TaskStopRequestedData(
-            attempt_id=attempt.id, job_id=job_id, node_id=node_id, reason=reason, grace_s=STOP_GRACE_S
+            attempt_id=attempt.id,
+            job_id=job_id,
+            node_id=node_id,
+            reason=reason,
+            grace_s=STOP_GRACE_S,
+            platform=platform,
         ),
     )
     await append(conn, event, aggregate=job_id)
@@ -246,6 +255,16 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
         await _transition(conn, job, JobState.CANCELLED, None, "cancelled by request")
         return JobState.CANCELLED
 
+    if job["preempt_reason"] is not None:
+        reason = f"preempted: {job['preempt_reason']}"
+        for attempt in attempts:
+            if attempt.live:
+                await request_stop(conn, job_id, attempt, reason, platform="preempted")
+        if any(a.live for a in await _attempts(conn, job)):
+            return None
+        await _requeue_preempted(conn, job, reason)
+        return JobState.PENDING
+
     spec = JobSpec.model_validate(job["spec"])
     outcome = evaluate(spec, attempts)
     if outcome.verdict is Verdict.CONTINUE:
@@ -278,6 +297,19 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
         reason = f"{reason}; gave up after {retries} retries"
     await _transition(conn, job, JobState.FAILED, exit_code, f"{reason} ({classification})")
     return JobState.FAILED
+
+
+async def _requeue_preempted(conn: Connection, job: dict[str, Any], reason: str) -> None:
+    """Back to the queue at once, retries not counted: the platform took the GPUs."""
+    check_transition(JobState(job["state"]), JobState.PENDING, "launcher")
+    await conn.fetchval(SQL.requeue_job, job["id"], job["retries"], 0.0, reason)
+    event = JobPreempted(
+        source=SOURCE,
+        subject=job["id"],
+        data=JobPreemptionData(job_id=job["id"], generation=job["generation"], reason=job["preempt_reason"]),
+    )
+    await append(conn, event, aggregate=job["id"])
+    job["state"] = JobState.PENDING
 
 
 async def _requeue(

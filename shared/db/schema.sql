@@ -161,6 +161,12 @@ CREATE TABLE scheduler.allocations (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     released_at timestamp with time zone
 );
+CREATE TABLE scheduler.preemptions (
+    job_id text NOT NULL,
+    generation integer NOT NULL,
+    reason text NOT NULL,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL
+);
 ALTER TABLE ONLY corral.dead_letters ALTER COLUMN id SET DEFAULT nextval('corral.dead_letters_id_seq'::regclass);
 ALTER TABLE ONLY corral.outbox ALTER COLUMN id SET DEFAULT nextval('corral.outbox_id_seq'::regclass);
 ALTER TABLE ONLY alerter.alerts
@@ -193,6 +199,8 @@ ALTER TABLE ONLY monitor.nodes
     ADD CONSTRAINT nodes_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY scheduler.allocations
     ADD CONSTRAINT allocations_pkey PRIMARY KEY (job_id, generation, task_role, task_index);
+ALTER TABLE ONLY scheduler.preemptions
+    ADD CONSTRAINT preemptions_pkey PRIMARY KEY (job_id, generation);
 CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
@@ -208,3 +216,5 @@ ALTER TABLE ONLY monitor.gpus
     ADD CONSTRAINT gpus_node_id_fkey FOREIGN KEY (node_id) REFERENCES monitor.nodes(id);
 ALTER TABLE ONLY scheduler.allocations
     ADD CONSTRAINT allocations_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
+ALTER TABLE ONLY scheduler.preemptions
+    ADD CONSTRAINT preemptions_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);

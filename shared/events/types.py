@@ -126,6 +126,28 @@ class JobRetrying(Envelope):
     subject_prefix: ClassVar[str] = "corral.job.retrying"
 
 
+class JobPreemptionData(_Data):
+    job_id: str
+    generation: int
+    reason: str
+
+
+class JobPreemptRequested(Envelope):
+    """The scheduler wants this job's GPUs back; the launcher stops its tasks."""
+
+    type: Literal["corral.job.preempt_requested.v1"] = "corral.job.preempt_requested.v1"
+    data: JobPreemptionData
+    subject_prefix: ClassVar[str] = "corral.job.preempt_requested"
+
+
+class JobPreempted(Envelope):
+    """The job's tasks were stopped for a preemption and it is PENDING again (not a retry)."""
+
+    type: Literal["corral.job.preempted.v1"] = "corral.job.preempted.v1"
+    data: JobPreemptionData
+    subject_prefix: ClassVar[str] = "corral.job.preempted"
+
+
 # --- tasks ------------------------------------------------------------------------
 
 
@@ -156,6 +178,7 @@ class TaskStopRequestedData(_Data):
     node_id: str
     reason: str
     grace_s: float
+    platform: str | None = Field(default=None, description="e.g. preempted: how to classify the end")
 
 
 class TaskStopRequested(Envelope):
@@ -305,6 +328,8 @@ Event = Annotated[
     | JobCancelled
     | JobCancelRequested
     | JobRetrying
+    | JobPreemptRequested
+    | JobPreempted
     | TaskAssigned
     | TaskStopRequested
     | TaskStarted

@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+import asyncpg
+
+from services.scheduler.preemption import request_preemption
+from shared.db.pool import init_connection
 from tests.e2e.stack import HOLD, Stack, submit, submit_spec, wait_state
+from tests.e2e.test_first_job import lifecycle_events
 
 ENDS = {"SUCCEEDED", "FAILED", "CANCELLED"}
 # Says when it is asked to stop, then keeps running until SIGKILL would be needed... or not.
@@ -181,3 +186,52 @@ async def test_logs_can_be_followed_while_the_task_runs_and_survive_it(stack: St
         assert job["state"] == "SUCCEEDED"
         after = await http.get(f"/api/v1/jobs/{job_id}/logs", params={"task": "main-0", "attempt": 1})
         assert after.text == "first\nreleased\n"
+
+
+async def test_a_preempted_job_stops_with_its_grace_period_and_is_requeued_uncounted(
+    stack: Stack, database_url: str, nats_url: str
+) -> None:
+    # The decision is the scheduler's (its policy picks victims: the scheduler issue);
+    # here it is taken through the scheduler's own function, and the rest is real.
+    command = f"trap 'echo got SIGTERM; exit 143' TERM; echo \"attempt $CORRAL_ATTEMPT\"; {HOLD}"
+    async with stack.client() as http:
+        job_id = await submit(http, command)
+        await wait_state(http, job_id, {"RUNNING"})
+        conn = await asyncpg.connect(database_url)
+        await init_connection(conn)
+        try:
+            async with conn.transaction():
+                assert await request_preemption(conn, job_id, "a higher-priority job needs the GPU")
+        finally:
+            await conn.close()
+        for _ in range(300):
+            job = (await http.get(f"/api/v1/jobs/{job_id}")).json()
+            if len(job["attempts"]) == 2 and job["state"] == "RUNNING":
+                break
+            await asyncio.sleep(0.1)
+        first, second = sorted(job["attempts"], key=lambda a: a["attempt_no"])
+        assert first["stop_reason"] == "preempted: a higher-priority job needs the GPU"
+        assert first["exit_code"] == 143, "stopped with SIGTERM and its grace period"
+        assert first["classification"] == "transient"
+        assert job["retries"] == 0, "a preemption is not the job's fault"
+        first_log = (
+            await http.get(f"/api/v1/jobs/{job_id}/logs", params={"task": "main-0", "attempt": 1})
+        ).text
+        assert first_log.startswith("attempt 1\n")
+        assert first_log.endswith("got SIGTERM\n")
+        stack.release(job_id)
+        job = await wait_state(http, job_id, ENDS)
+        assert job["state"] == "SUCCEEDED"
+        assert second["state"] in ("RUNNING", "EXITED")
+    await asyncio.sleep(0.5)
+    events = await lifecycle_events(nats_url, job_id)
+    assert [e for e in events if e.startswith("job.")] == [
+        "job.submitted",
+        "job.scheduled",
+        "job.running",
+        "job.preempt_requested",
+        "job.preempted",
+        "job.scheduled",
+        "job.running",
+        "job.succeeded",
+    ]

@@ -55,5 +55,5 @@ async def test_shutdown_mid_cycle_always_completes(database_url: str) -> None:
         await asyncio.sleep(0.05)
         for task in tasks:
             task.cancel()
-        done, pending = await asyncio.wait(tasks, timeout=5)
+        _, pending = await asyncio.wait(tasks, timeout=5)
         assert not pending, "a scheduler task ignored its cancellation"

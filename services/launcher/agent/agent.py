@@ -122,7 +122,7 @@ class NodeAgent:
             case TaskAssigned(data=data) if data.node_id == self.node_id:
                 await self.start_attempt(data.attempt_id)
             case TaskStopRequested(data=data) if data.node_id == self.node_id:
-                self.stop(data.attempt_id, data.reason, data.grace_s)
+                self.stop(data.attempt_id, data.reason, data.grace_s, platform=data.platform)
             case _:
                 pass
 
@@ -224,11 +224,14 @@ class NodeAgent:
         if task.stop_reason is not None:  # asked to stop while it was starting
             self.stop(task.attempt_id, task.stop_reason, self._grace_s)
 
-    def stop(self, attempt_id: str, reason: str, grace_s: float) -> None:
-        """SIGTERM the task's process group now, SIGKILL it after ``grace_s``."""
+    def stop(self, attempt_id: str, reason: str, grace_s: float, *, platform: str | None = None) -> None:
+        """SIGTERM the task's process group now, SIGKILL it after ``grace_s``.
+
+        ``platform`` (e.g. ``preempted``) says how to classify the task's end."""
         task = self._tasks.get(attempt_id)
         if task is None:
             return  # not running here (the reconcile loop handles a stop after a restart)
+        task.platform = task.platform or platform
         first_request = task.stop_reason is None
         task.stop_reason = task.stop_reason or reason
         if task.pid is None or task.ended or not first_request:

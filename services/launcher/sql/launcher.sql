@@ -1,6 +1,8 @@
 -- name: lock_job
-SELECT id, state, version, generation, spec, retries, cancel_requested_at
-FROM api.jobs WHERE id = $1 FOR UPDATE;
+SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
+       (SELECT p.reason FROM scheduler.preemptions p
+        WHERE p.job_id = j.id AND p.generation = j.generation) AS preempt_reason
+FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
 
 -- name: allocations_of_generation
 SELECT a.task_role, a.task_index, a.node_id, a.gpu_indices, COALESCE(n.address, '127.0.0.1') AS host
@@ -62,6 +64,7 @@ WHERE j.state = 'SCHEDULED'
 SELECT j.id FROM api.jobs j
 WHERE j.state IN ('SCHEDULED', 'RUNNING')
   AND (j.cancel_requested_at IS NOT NULL
+       OR EXISTS (SELECT 1 FROM scheduler.preemptions p WHERE p.job_id = j.id AND p.generation = j.generation)
        OR EXISTS (SELECT 1 FROM launcher.attempts a WHERE a.job_id = j.id AND a.generation = j.generation
                   AND a.state IN ('EXITED', 'LOST')));
 

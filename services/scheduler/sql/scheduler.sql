@@ -32,3 +32,10 @@ RETURNING generation;
 -- name: insert_allocation
 INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices)
 VALUES ($1, $2, $3, $4, $5, $6);
+
+-- name: insert_preemption
+-- One decision per job generation; only a placed job can be preempted.
+INSERT INTO scheduler.preemptions (job_id, generation, reason)
+SELECT id, generation, $2 FROM api.jobs WHERE id = $1 AND state IN ('SCHEDULED', 'RUNNING')
+ON CONFLICT DO NOTHING
+RETURNING generation;

@@ -1,0 +1,30 @@
+"""Preemption decisions: the scheduler asks for a placed job's GPUs back.
+
+The policy decides *whom* to preempt (the scheduler issue: lowest priority, borrowed
+first, least progress lost, after a minimum runtime); this module records the decision
+and announces it, in one transaction. The launcher carries it out: it stops the job's
+tasks with their grace period, then puts the job back in the queue without counting a
+retry (``corral.job.preempted.v1``), keeping its attempt history.
+"""
+
+from __future__ import annotations
+
+from services.scheduler.repository import SOURCE, SQL
+from shared.db.pool import Connection
+from shared.events import JobPreemptRequested
+from shared.events.types import JobPreemptionData
+from shared.outbox import append
+
+
+async def request_preemption(conn: Connection, job_id: str, reason: str) -> bool:
+    """Record and announce the decision; False if the job is not placed or already asked."""
+    generation = await conn.fetchval(SQL.insert_preemption, job_id, reason)
+    if generation is None:
+        return False
+    event = JobPreemptRequested(
+        source=SOURCE,
+        subject=job_id,
+        data=JobPreemptionData(job_id=job_id, generation=generation, reason=reason),
+    )
+    await append(conn, event, aggregate=job_id)
+    return True
