@@ -29,6 +29,7 @@ the running ones also per node, so a round costs O(jobs it looks at), not O(queu
 from __future__ import annotations
 
 import bisect
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,7 +85,7 @@ class KeyedJobs:
         return self._order[-1][0] if self._order else None
 
 
-class PriorityPolicy:
+class PriorityPolicy(ABC):
     """Base of the priority policies; subclasses set the class flags and define the keys."""
 
     name = "priority"
@@ -98,8 +99,9 @@ class PriorityPolicy:
         self._on_node: dict[int, KeyedJobs] = {}  # running jobs per node, for victim search
 
     # ---- what subclasses define ------------------------------------------------------
+    @abstractmethod
     def pending_key(self, job: Job, now: float) -> Key:
-        raise NotImplementedError
+        """Sort key of a pending job: the smallest key is considered first."""
 
     def running_key(self, job: Job, now: float) -> Key:
         return self.pending_key(job, now)
