@@ -92,6 +92,7 @@ class OutboxRelay:
         self._retention_s = retention_s
         self._wakeup = asyncio.Event()
         self._channel = notify_channel(source)
+        self._contended = False
         self.published = 0
 
     async def run(self) -> None:
@@ -117,7 +118,9 @@ class OutboxRelay:
             if now >= cleanup_due:
                 await self._delete_old_sent_rows()
                 cleanup_due = now + 600
-            await wait_event(self._wakeup, self._poll_interval_s)
+            # Rows left behind in partitions another relay held: that relay only publishes
+            # what it had claimed, so look again soon instead of a whole poll interval later.
+            await wait_event(self._wakeup, 0.01 if self._contended else self._poll_interval_s)
 
     def _on_notify(self, *_: Any) -> None:
         self._wakeup.set()
@@ -125,6 +128,7 @@ class OutboxRelay:
     async def relay_pending(self) -> int:
         """Publish every unsent row now; returns how many were published."""
         total = 0
+        self._contended = False
         while True:
             rows = await self._db.fetch("SELECT DISTINCT part FROM corral.outbox WHERE sent_at IS NULL")
             if not rows:
@@ -135,6 +139,7 @@ class OutboxRelay:
             total += published
             if published == 0:
                 # Every partition with work is held by another relay: let it finish.
+                self._contended = True
                 return total
 
     async def _relay_partition(self, part: int) -> int:

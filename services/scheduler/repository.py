@@ -9,7 +9,6 @@ from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import JobScheduled
 from shared.events.types import JobScheduledData, TaskPlacement
-from shared.jobs import JobSpec
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -28,17 +27,19 @@ async def load_snapshot(
         indices = [i for i in row["gpu_indices"] if i is not None]
         busy = used.get(row["id"], set())
         nodes[row["id"]] = NodeCapacity(row["id"], [i for i in indices if i not in busy])
-    pending = []
-    for row in await conn.fetch(SQL.pending_jobs, max_pending):
-        spec = JobSpec.model_validate(row["spec"])
-        pending.append(
-            PendingJob(
-                job_id=row["id"],
-                version=row["version"],
-                priority=row["priority"],
-                tasks=tuple(TaskDemand(t.name, t.instances, t.resources.gpus) for t in spec.tasks),
-            )
+    # The spec was validated at submit; the cycle reads just the demands, pre-extracted by
+    # SQL, instead of re-validating every pending spec on every cycle.
+    pending = [
+        PendingJob(
+            job_id=row["id"],
+            version=row["version"],
+            priority=row["priority"],
+            tasks=tuple(
+                TaskDemand(name, int(instances), int(gpus)) for name, instances, gpus in row["tasks"]
+            ),
         )
+        for row in await conn.fetch(SQL.pending_jobs, max_pending)
+    ]
     return pending, nodes
 
 

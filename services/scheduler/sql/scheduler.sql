@@ -19,7 +19,11 @@ GROUP BY n.id;
 SELECT node_id, gpu_indices FROM scheduler.allocations WHERE released_at IS NULL;
 
 -- name: pending_jobs
-SELECT id, version, priority, spec FROM api.jobs
+-- Only what placement needs: per role, its name, instances and GPUs per instance.
+SELECT id, version, priority,
+       (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus'] ORDER BY n)
+        FROM jsonb_array_elements(spec->'tasks') WITH ORDINALITY AS r(t, n)) AS tasks
+FROM api.jobs
 WHERE state = 'PENDING' AND (not_before IS NULL OR not_before <= now())
 ORDER BY created_at, id LIMIT $1;
 
