@@ -101,13 +101,22 @@ class OutboxRelay:
         The listening connection comes from the pool (``async with``, so it goes back
         even if we are cancelled while acquiring it) and stops listening before it does.
         """
-        async with self._db.connection() as listener:
-            await listener.add_listener(self._channel, self._on_notify)
+        while True:
             try:
-                await self._relay_forever()
-            finally:
-                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await listener.remove_listener(self._channel, self._on_notify)
+                async with self._db.connection() as listener:
+                    await listener.add_listener(self._channel, self._on_notify)
+                    try:
+                        await self._relay_forever()
+                    finally:
+                        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                            await listener.remove_listener(self._channel, self._on_notify)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                # Postgres restarting: the rows wait in the outbox; listen again once it is back.
+                raise_if_cancelling()
+                log.warning(
+                    "outbox relay lost the database (%s); retrying in %.0fs", exc, self._poll_interval_s
+                )
+                await asyncio.sleep(self._poll_interval_s)
 
     async def _relay_forever(self) -> None:
         cleanup_due = 0.0

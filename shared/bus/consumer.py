@@ -4,6 +4,8 @@
 - handler raises ``TransientError(delay_s)`` → ``nak`` with that delay;
 - the message does not parse/validate, or the handler raises ``PermanentError`` →
   record it as a dead letter with the reason, then ``term`` (never redelivered);
+- the database is unavailable (Postgres restarting) → ``nak`` after a pause, and never
+  a dead letter: that is nobody's poison;
 - any other exception → ``nak`` with a growing delay, and after ``max_deliver``
   deliveries it is dead-lettered too. Nothing is redelivered forever.
 
@@ -24,6 +26,7 @@ from pydantic import ValidationError
 
 from shared.aio import raise_if_cancelling
 from shared.bus.protocol import Bus, ConsumerConfig, Delivery
+from shared.db.pool import DATABASE_UNAVAILABLE
 from shared.errors import PermanentError, TransientError
 from shared.events.types import Event, parse_event
 from shared.telemetry import extract_context
@@ -82,9 +85,7 @@ async def _settle(
     except ValidationError as exc:
         reason = f"invalid event: {_short(exc)}"
         log.error("dead-lettering message on %s: %s", delivery.subject, reason)
-        await dead_letters.record(durable, delivery, reason)
-        await delivery.term()
-        stats.dead_lettered += 1
+        await _dead_letter(dead_letters, durable, delivery, reason, stats)
         return
 
     with tracer.start_as_current_span(
@@ -105,10 +106,17 @@ async def _settle(
             await delivery.nak(exc.delay_s)
             stats.nacked += 1
             return
+        except DATABASE_UNAVAILABLE as exc:
+            # Postgres restarting is nobody's poison: never dead-letter for it. Back off so
+            # the loop does not spin through deliveries while the database is away.
+            raise_if_cancelling()
+            log.warning("%s: database unavailable (%s); redelivering later", durable, exc)
+            await delivery.nak(2.0)
+            stats.nacked += 1
+            await asyncio.sleep(1.0)
+            return
         except PermanentError as exc:
-            await dead_letters.record(durable, delivery, f"permanent error: {exc.detail}")
-            await delivery.term()
-            stats.dead_lettered += 1
+            await _dead_letter(dead_letters, durable, delivery, f"permanent error: {exc.detail}", stats)
             return
         except asyncio.CancelledError:
             raise
@@ -116,9 +124,7 @@ async def _settle(
             raise_if_cancelling()
             if delivery.num_delivered >= spec.config.max_deliver:
                 reason = f"gave up after {delivery.num_delivered} deliveries: {exc!r}"
-                await dead_letters.record(durable, delivery, reason)
-                await delivery.term()
-                stats.dead_lettered += 1
+                await _dead_letter(dead_letters, durable, delivery, reason, stats)
                 return
             delay = min(30.0, 0.5 * 2 ** (delivery.num_delivered - 1))
             log.exception("%s: handler failed on %s; retry in %.1fs", durable, event.type, delay)
@@ -127,6 +133,22 @@ async def _settle(
             return
     await delivery.ack()
     stats.acked += 1
+
+
+async def _dead_letter(
+    sink: DeadLetterSink, durable: str, delivery: Delivery, reason: str, stats: ConsumerStats
+) -> None:
+    """Record, then terminate; if the record cannot be written, keep the message instead."""
+    try:
+        await sink.record(durable, delivery, reason)
+    except DATABASE_UNAVAILABLE as exc:
+        raise_if_cancelling()
+        log.warning("%s: cannot record a dead letter now (%s); redelivering later", durable, exc)
+        await delivery.nak(5.0)
+        stats.nacked += 1
+        return
+    await delivery.term()
+    stats.dead_lettered += 1
 
 
 def _short(exc: ValidationError) -> str:

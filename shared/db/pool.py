@@ -22,6 +22,16 @@ from shared.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
 
+# What asyncpg raises when Postgres (or the way to it) is away rather than the request
+# being wrong: callers treat these as "retry later", never as a bad message or a 500.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+)
+
 # A pooled connection or a dedicated one (the scheduler leader's): the same API.
 # (asyncpg's classes are generic only in its stubs, hence the TYPE_CHECKING split.)
 if TYPE_CHECKING:

@@ -214,7 +214,7 @@ class NodeAgent:
                         )
                 outcome = await wait
                 task.ended = True
-                await self.report_exit(task, outcome)
+                await self._report_until_recorded(task, outcome)
                 if task.files is not None:
                     task.files.remove()
             finally:
@@ -248,6 +248,18 @@ class NodeAgent:
         self._tg.create_task(escalate(task.pid), name=f"escalate-{attempt_id}")
 
     # --- report ----------------------------------------------------------------------
+
+    async def _report_until_recorded(self, task: Task, outcome: Exit) -> None:
+        """Report an exit, retrying while Postgres is away: the outcome must not be lost
+        (the exit file would also let a restarted agent report it, but staying up is better)."""
+        while True:
+            try:
+                await self.report_exit(task, outcome)
+                return
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise_if_cancelling()
+                log.warning("could not record the end of %s (%s); retrying", task.attempt_id, exc)
+                await asyncio.sleep(1.0)
 
     async def report_exit(self, task: Task, outcome: Exit, *, lost: bool = False) -> None:
         if task.fenced:
