@@ -142,20 +142,21 @@ class OutboxRelay:
             rows = await self._db.fetch("SELECT DISTINCT part FROM corral.outbox WHERE sent_at IS NULL")
             if not rows:
                 return total
-            published = 0
-            for row in rows:
-                published += await self._relay_partition(row["part"])
+            results = [await self._relay_partition(row["part"]) for row in rows]
+            published = sum(r for r in results if r is not None)
             total += published
             if published == 0:
-                # Every partition with work is held by another relay: let it finish.
-                self._contended = True
+                # Nothing went out: either every partition with work is held by another
+                # relay (look again soon), or publishing fails (NATS away: back off).
+                self._contended = all(r is None for r in results)
                 return total
 
-    async def _relay_partition(self, part: int) -> int:
+    async def _relay_partition(self, part: int) -> int | None:
+        """Publish a partition's rows in order; None when another relay holds it."""
         async with self._db.transaction() as conn:
             locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, $2)", _RELAY_LOCK_CLASS, part)
             if not locked:
-                return 0
+                return None
             rows = await conn.fetch(
                 """SELECT id, event_id, subject, payload, headers FROM corral.outbox
                    WHERE part = $1 AND sent_at IS NULL

@@ -15,9 +15,9 @@ from shared.service import every, run_service, service_resources
 log = logging.getLogger(__name__)
 
 
-async def reconcile(db: Database) -> None:
+async def reconcile(db: Database, lease_s: float) -> None:
     """Repair what lost events left behind (on start, then periodically)."""
-    repaired = await repository.reconcile(db)
+    repaired = await repository.reconcile(db, lease_s)
     if any(repaired.values()):
         log.info("reconciled: %s", repaired)
 
@@ -32,7 +32,11 @@ async def serve(settings: Settings) -> None:
                 name="consumer",
             )
             tg.create_task(
-                every(settings.launcher.reconcile_interval_s, lambda: reconcile(res.db), "reconcile"),
+                every(
+                    settings.launcher.reconcile_interval_s,
+                    lambda: reconcile(res.db, settings.agent.lease_s),
+                    "reconcile",
+                ),
                 name="reconcile",
             )
 

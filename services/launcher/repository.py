@@ -333,7 +333,7 @@ async def _requeue(
     job["state"] = JobState.PENDING
 
 
-async def declare_lost_nodes(db: Database) -> int:
+async def declare_lost_nodes(db: Database, lease_s: float = 15.0) -> int:
     """Fence agents whose lease expired and end their nodes' live attempts as LOST.
 
     LOST is ``transient`` in the exit-code table: the job is retried (not counted) and
@@ -341,7 +341,7 @@ async def declare_lost_nodes(db: Database) -> int:
     Returns how many attempts were declared lost.
     """
     async with db.transaction() as conn:
-        for row in await conn.fetch(SQL.declare_lost_agents):
+        for row in await conn.fetch(SQL.declare_lost_agents, lease_s):
             log.warning(
                 "node %s lost: its agent's lease expired at %s", row["node_id"], row["lease_expires_at"]
             )
@@ -351,6 +351,9 @@ async def declare_lost_nodes(db: Database) -> int:
             f"node {row['node_id']} lost: its agent's lease expired at {row['lease_expires_at']:%H:%M:%S}"
         )
         async with db.transaction() as conn:
+            # Job row first, as every handler does: the same lock order (no deadlock), and
+            # the TaskExited event is ordered after whatever the job's handlers committed.
+            await _lock_job(conn, row["job_id"])
             ended = await conn.fetchrow(SQL.mark_attempt_lost, row["id"], reason)
             if ended is None:
                 continue
@@ -372,13 +375,13 @@ async def declare_lost_nodes(db: Database) -> int:
     return lost
 
 
-async def reconcile(db: Database) -> dict[str, int]:
+async def reconcile(db: Database, lease_s: float = 15.0) -> dict[str, int]:
     """Repair what lost events left behind; returns counts of each repair.
 
     Each job is repaired in its own transaction, and a job whose repair fails is logged
     and skipped: one bad job must not stop the launcher from repairing all the others.
     """
-    repaired = {"attempts_lost": await declare_lost_nodes(db)}
+    repaired = {"attempts_lost": await declare_lost_nodes(db, lease_s)}
     repaired |= {"attempts_created": 0, "marked_running": 0, "jobs_decided": 0, "failed": 0}
     repairs: list[tuple[str, str, Callable[[Connection], Awaitable[int]]]] = []
     for row in await db.fetch(SQL.scheduled_jobs_without_attempts):

@@ -52,13 +52,21 @@ class Leadership:
     async def _campaign(self) -> None:
         self.acquired.clear()
         try:
-            conn: Connection = await asyncpg.connect(self._url)
-        except (OSError, asyncpg.PostgresError) as exc:
+            conn: Connection = await asyncpg.connect(self._url, timeout=10)
+        except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
             raise_if_cancelling()
             log.warning("leader election: cannot connect (%s)", exc)
             return
-        if await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK):
-            await init_connection(conn)
+        try:
+            won = await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK, timeout=10)
+            if won:
+                await init_connection(conn)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise_if_cancelling()
+            log.warning("leader election failed (%s); will try again", exc)
+            conn.terminate()  # closing the session also releases a lock it may hold
+            return
+        if won:
             self.conn = conn
             self.acquired.set()
             log.info("became the active scheduler")
@@ -70,8 +78,10 @@ class Leadership:
             if self.conn is None:
                 return
             try:
-                await self.conn.fetchval("SELECT 1")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                # Bounded: a half-open TCP connection must not hold leadership (and the
+                # cycle, waiting on this lock) hostage until TCP keepalive notices.
+                await self.conn.fetchval("SELECT 1", timeout=5)
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 raise_if_cancelling()
                 log.warning("lost the leader connection; standing down")
                 await self._resign()

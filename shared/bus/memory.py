@@ -103,7 +103,7 @@ class MemorySubscription:
         for seq, pending in sorted(self._consumer.pending.items()):
             if len(out) >= batch:
                 return out
-            if pending.redeliver_at <= now and pending.deliveries < config.max_deliver:
+            if pending.redeliver_at <= now:  # like the NATS bus: no server-side limit
                 pending.deliveries += 1
                 pending.redeliver_at = now + config.ack_wait_s
                 out.append(MemoryDelivery(self._consumer, messages[seq - 1], pending.deliveries))

@@ -79,6 +79,10 @@ class NatsSubscription:
             # a cancel, or a TaskGroup shutting down would wait on this task forever.
             raise_if_cancelling()
             return []  # nothing arrived within the timeout: the normal idle case
+        except nats.errors.Error as exc:
+            # NATS restarting, JetStream unavailable, connection closed: the consumer loop
+            # waits and fetches again rather than dying.
+            raise ConnectionError(f"fetch failed: {exc!r}") from exc
         return [NatsDelivery(msg) for msg in msgs]
 
 
@@ -147,7 +151,10 @@ class NatsBus:
             filter_subjects=list(config.filter_subjects),
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=config.ack_wait_s,
-            max_deliver=config.max_deliver,
+            # Unlimited at the server: retryable failures (TransientError, database away)
+            # must not use up deliveries and be dropped silently. ``max_deliver`` is
+            # enforced by the consumer loop, which dead-letters instead of dropping.
+            max_deliver=-1,
             deliver_policy=api.DeliverPolicy.ALL if config.deliver_all else api.DeliverPolicy.NEW,
             max_ack_pending=10_000,
         )

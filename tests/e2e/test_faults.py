@@ -210,3 +210,18 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+async def test_a_cancel_sent_while_the_node_agent_was_down_still_stops_the_task(stack: Stack) -> None:
+    trap = "trap 'echo got SIGTERM; exit 143' TERM; echo started; while true; do sleep 0.05; done"
+    async with stack.client() as http:
+        job_id = await submit(http, trap)
+        await wait_state(http, job_id, {"RUNNING"})
+        await asyncio.sleep(0.3)
+        old = stack.kill("agent")  # the task keeps running without its agent
+        assert (await http.post(f"/api/v1/jobs/{job_id}/cancel")).status_code == 200
+        await stack.wait_restarted("agent", old)
+        # The new agent re-adopts the task, sees the pending stop, and signals it.
+        job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout_s=30)
+        assert job["state"] == "CANCELLED"
+        assert (await http.get(f"/api/v1/jobs/{job_id}/logs")).text.endswith("got SIGTERM\n")

@@ -29,6 +29,7 @@ from services.launcher.agent.processes import (
     kill_orphans,
     process_start_ticks,
     spawn,
+    task_pid_from_file,
     wait_adopted,
     wait_spawned,
 )
@@ -59,6 +60,7 @@ class Task:
     stop_reason: str | None = None  # set once a stop was asked for
     platform: str | None = None  # a condition the agent itself caused (max runtime)
     fenced: bool = False  # the platform gave up on it: kill it, never report it
+    signalled: bool = False  # SIGTERM sent (a stop is signalled once, whoever asks)
 
 
 class NodeAgent:
@@ -183,6 +185,11 @@ class NodeAgent:
             )
             if marked is not None:
                 await self._announce_started(conn, task)
+        if marked is None:
+            # Declared lost (or settled by a newer agent) between our claim and the spawn:
+            # it is no longer ours to run. Kill it and only reap it.
+            log.warning("attempt %s was taken from this agent while starting; killing it", task.attempt_id)
+            self._fence(task)
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
         return True
 
@@ -232,10 +239,10 @@ class NodeAgent:
         if task is None:
             return  # not running here (the reconcile loop handles a stop after a restart)
         task.platform = task.platform or platform
-        first_request = task.stop_reason is None
         task.stop_reason = task.stop_reason or reason
-        if task.pid is None or task.ended or not first_request:
-            return
+        if task.pid is None or task.ended or task.signalled:
+            return  # not started yet (``_watch`` stops it once it is), ended, or already done
+        task.signalled = True
         log.info("stopping attempt %s: %s", attempt_id, reason)
         kill_group(task.pid, signal.SIGTERM)
 
@@ -351,11 +358,9 @@ class NodeAgent:
         """An attempt this process is not watching: left over from an earlier agent."""
         assert task.files is not None
         if state == "STARTING":
-            # Claimed, but the earlier agent died before recording the process.
-            try:
-                pid = int(task.files.pid_file.read_text().strip())
-            except (FileNotFoundError, ValueError):
-                pid = None
+            # Claimed, but the earlier agent died before recording the process. Trust the
+            # pid file only if that pid's command line names it (pids are recycled).
+            pid = task_pid_from_file(task.files.pid_file)
             ticks = process_start_ticks(pid) if pid is not None else None
         if pid is not None and is_same_process_alive(pid, ticks):
             log.info("re-adopting running attempt %s (pid %s)", task.attempt_id, pid)

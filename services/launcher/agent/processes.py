@@ -67,11 +67,23 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def is_same_process_alive(pid: int, start_ticks: int | None) -> bool:
-    ticks = process_start_ticks(pid)
-    if ticks is None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone (or never ours to read)
         return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    state, ticks = fields[0], int(fields[19])
     return state != "Z" and (start_ticks is None or ticks == start_ticks)
+
+
+def task_pid_from_file(pid_file: Path) -> int | None:
+    """The task wrapper's pid from its pid file, if that process is still the wrapper."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if str(pid_file).encode() in cmdline else None
 
 
 async def spawn(
@@ -134,15 +146,9 @@ def kill_orphans(state_dir: Path, keep: set[str]) -> list[str]:
         attempt_id = pid_file.stem
         if attempt_id in keep:
             continue
-        files = TaskFiles.for_attempt(state_dir, attempt_id)
-        try:
-            pid = int(pid_file.read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            files.remove()
-            continue
-        if str(pid_file).encode() in cmdline:
+        pid = task_pid_from_file(pid_file)
+        if pid is not None:
             kill_group(pid, signal.SIGKILL)
             killed.append(attempt_id)
-        files.remove()
+        TaskFiles.for_attempt(state_dir, attempt_id).remove()
     return killed

@@ -74,9 +74,12 @@ SELECT DISTINCT j.id FROM api.jobs j JOIN launcher.attempts a
 WHERE j.state = 'SCHEDULED' AND a.state IN ('RUNNING', 'EXITED');
 
 -- name: declare_lost_agents
--- Agents whose lease ran out: fence them (new epoch) and say when they were lost.
+-- Agents whose lease ran out: fence them (new epoch) and say when they were lost. Not in
+-- the first $1 seconds after Postgres itself (re)started: no agent could renew while it
+-- was down, and killing every node's work for a database restart would be the outage's fault.
 UPDATE launcher.agents SET epoch = epoch + 1, lost_at = now()
 WHERE lost_at IS NULL AND lease_expires_at < now()
+  AND now() - pg_postmaster_start_time() > make_interval(secs => $1)
 RETURNING node_id, lease_expires_at;
 
 -- name: live_attempts_on_lost_nodes
