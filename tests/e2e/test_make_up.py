@@ -4,16 +4,27 @@ start finds every job where the first left it."""
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from corral.local.ports import free_port
 from tests.e2e.stack import Stack, submit, wait_state
 from tests.infra import world_readable_tempdir
 
 
-async def test_a_second_start_finds_every_job_where_it_was_left(tmp_path: Path) -> None:
-    # As root, the private Postgres runs as an unprivileged user, who must reach its dir.
-    home = world_readable_tempdir("corral-home-") if os.geteuid() == 0 else tmp_path / "home"
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    # As root, the private Postgres runs as an unprivileged user, who must reach its dir
+    # (pytest's own temp dirs are private to root); removed afterwards either way.
+    path = world_readable_tempdir("corral-home-") if os.geteuid() == 0 else tmp_path / "home"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_a_second_start_finds_every_job_where_it_was_left(home: Path) -> None:
     servers = {"CORRAL_PG_PORT": str(free_port()), "CORRAL_NATS_PORT": str(free_port())}
     first = Stack(home, servers)
     first.start()
