@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -301,36 +302,35 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
 
 async def _requeue_preempted(conn: Connection, job: dict[str, Any], reason: str) -> None:
     """Back to the queue at once, retries not counted: the platform took the GPUs."""
-    check_transition(JobState(job["state"]), JobState.PENDING, "launcher")
-    await conn.fetchval(SQL.requeue_job, job["id"], job["retries"], 0.0, reason)
-    event = JobPreempted(
-        source=SOURCE,
-        subject=job["id"],
-        data=JobPreemptionData(job_id=job["id"], generation=job["generation"], reason=job["preempt_reason"]),
-    )
-    await append(conn, event, aggregate=job["id"])
-    job["state"] = JobState.PENDING
+    data = JobPreemptionData(job_id=job["id"], generation=job["generation"], reason=job["preempt_reason"])
+    await _back_to_pending(conn, job, job["retries"], 0.0, reason)
+    await append(conn, JobPreempted(source=SOURCE, subject=job["id"], data=data), aggregate=job["id"])
 
 
 async def _requeue(
     conn: Connection, job: dict[str, Any], retries: int, delay_s: float, classification: str, reason: str
 ) -> None:
-    check_transition(JobState(job["state"]), JobState.PENDING, "launcher")
-    not_before = await conn.fetchval(SQL.requeue_job, job["id"], retries, delay_s, reason)
-    event = JobRetrying(
-        source=SOURCE,
-        subject=job["id"],
-        data=JobRetryingData(
-            job_id=job["id"],
-            generation=job["generation"],
-            retries=retries,
-            classification=classification,
-            reason=reason,
-            not_before=not_before,
-        ),
+    """Back to the queue after a retryable failure, not before ``delay_s``."""
+    not_before = await _back_to_pending(conn, job, retries, delay_s, reason)
+    data = JobRetryingData(
+        job_id=job["id"],
+        generation=job["generation"],
+        retries=retries,
+        classification=classification,
+        reason=reason,
+        not_before=not_before,
     )
-    await append(conn, event, aggregate=job["id"])
+    await append(conn, JobRetrying(source=SOURCE, subject=job["id"], data=data), aggregate=job["id"])
+
+
+async def _back_to_pending(
+    conn: Connection, job: dict[str, Any], retries: int, delay_s: float, reason: str
+) -> datetime:
+    """The one PENDING-again transition; returns when the job may be placed again."""
+    check_transition(JobState(job["state"]), JobState.PENDING, "launcher")
+    not_before: datetime = await conn.fetchval(SQL.requeue_job, job["id"], retries, delay_s, reason)
     job["state"] = JobState.PENDING
+    return not_before
 
 
 async def declare_lost_nodes(db: Database, lease_s: float = 15.0) -> int:
