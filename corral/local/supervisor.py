@@ -140,6 +140,8 @@ class Supervisor:
 
     def service_env(self, name: str, database_url: str, nats_url: str) -> dict[str, str]:
         env = {
+            # Break a simulated GPU of the running node by writing this file.
+            "CORRAL_EXPORTER_FAULTS_FILE": str(self.config.home / "gpu-faults.yaml"),
             **os.environ,
             **self.config.extra_env,
             "CORRAL_HOME": str(self.config.home),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,9 @@ class ExporterSettings(BaseSettings):
     backend: str = Field(default="auto", pattern="^(auto|nvml|simulated)$")
     simulated_gpus: int = Field(default=8, ge=0, le=64)
     simulated_model: str = "Simulated H100 80GB"
+    # A YAML file of faults for the simulated GPUs, re-read when it changes (see
+    # services/monitor/exporter/simulated.py); `make up` puts it in $CORRAL_HOME.
+    faults_file: Path | None = None
 
 
 class Settings(BaseSettings):

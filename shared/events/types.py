@@ -275,13 +275,36 @@ class NodeUnreachable(Envelope):
 
 
 class GpuSample(_Data):
+    """One GPU's readings at one instant.
+
+    ``None`` means "no reading": either the GPU does not support the field (then its name
+    is in ``unsupported``) or the GPU is ``lost`` (fell off the bus; every reading is then
+    ``None``). Counters (``xid_count``, ECC) count from the exporter's start or the
+    driver's last reload, so consumers compare them with the previous sample.
+    """
+
     index: int
     uuid: str
     model: str
     memory_total_mb: int
     memory_used_mb: int | None = None
     utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
     temperature_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: int | None = None
+    throttle_reasons: list[str] | None = Field(
+        default=None, description="active clock-throttle reasons by NVML name, e.g. HwThermalSlowdown"
+    )
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    remapped_rows_pending: bool | None = None
+    remap_failure: bool | None = None
+    last_xid: int | None = None
+    xid_count: int = Field(default=0, description="Xid events seen since the exporter started")
+    pids: list[int] = Field(default_factory=list, description="compute processes on this GPU")
+    lost: bool = False
+    unsupported: list[str] = Field(default_factory=list)
 
 
 class NodeTelemetryData(_Data):
@@ -290,6 +313,7 @@ class NodeTelemetryData(_Data):
     address: str = Field(default="127.0.0.1", description="where tasks on this node are reached")
     simulated: bool = Field(description="true when the GPUs are Corral's simulated ones")
     interval_s: float
+    boot_id: str = Field(default="", description="changes when the exporter restarts (counters reset)")
     gpus: list[GpuSample]
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import socket
 import time
 
-from services.monitor.exporter.gpus import GpuBackend, open_backend
+from services.monitor.exporter.backend import GpuBackend, open_backend
 from services.monitor.settings import Settings
 from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
@@ -27,7 +28,7 @@ SOURCE = "corral/exporter"
 
 async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings) -> None:
     node_id = settings.exporter.node_id
-    boot = int(time.time())
+    boot = f"{int(time.time())}-{os.getpid()}"
     hostname = socket.gethostname()
     for seq in itertools.count():
         started = time.monotonic()
@@ -42,6 +43,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
                 address=settings.exporter.address,
                 simulated=backend.simulated,
                 interval_s=settings.exporter.interval_s,
+                boot_id=boot,
                 gpus=gpus,
             ),
         )
@@ -61,6 +63,7 @@ async def serve(settings: Settings) -> None:
         node_id=exporter.node_id,
         simulated_gpus=exporter.simulated_gpus,
         simulated_model=exporter.simulated_model,
+        faults_file=exporter.faults_file,
     )
     bus = await NatsBus.connect(settings.common.nats, name=f"corral-exporter-{exporter.node_id}")
     try:
