@@ -51,10 +51,13 @@ def test_every_reading_is_a_value_or_declared_unsupported() -> None:
         assert len(samples) == gpus.gpu_count > 0
         for s in samples:
             print(s.model_dump_json())
-            assert s.uuid.startswith("GPU-") and s.memory_total_mb > 0 and not s.lost
+            assert s.uuid.startswith("GPU-")
+            assert s.memory_total_mb > 0
+            assert not s.lost
             for field in READINGS:
                 assert (getattr(s, field) is None) == (field in s.unsupported), field
-            assert s.memory_used_mb is not None and s.temperature_c is not None
+            assert s.memory_used_mb is not None
+            assert s.temperature_c is not None
     finally:
         gpus.close()
 

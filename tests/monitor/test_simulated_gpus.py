@@ -13,13 +13,20 @@ from services.monitor.exporter.simulated import FaultScript, GpuFault, Simulated
 def test_healthy_simulated_gpus_are_labelled_and_complete() -> None:
     gpus = SimulatedGpus(4, "Simulated H100 80GB", "node-a")
     samples = gpus.sample()
-    assert gpus.simulated and [s.index for s in samples] == [0, 1, 2, 3]
+    assert gpus.simulated
+    assert [s.index for s in samples] == [0, 1, 2, 3]
     assert all("Simulated" in s.model for s in samples)
     first = samples[0]
-    assert first.uuid.startswith("GPU-") and first.memory_total_mb == 81_559
-    assert first.utilization_pct == 0.0 and first.throttle_reasons == ["GpuIdle"]
-    assert first.ecc_uncorrected_volatile == 0 and first.remap_failure is False
-    assert first.last_xid is None and first.xid_count == 0 and not first.lost and first.unsupported == []
+    assert first.uuid.startswith("GPU-")
+    assert first.memory_total_mb == 81_559
+    assert first.utilization_pct == 0.0
+    assert first.throttle_reasons == ["GpuIdle"]
+    assert first.ecc_uncorrected_volatile == 0
+    assert first.remap_failure is False
+    assert first.last_xid is None
+    assert first.xid_count == 0
+    assert not first.lost
+    assert first.unsupported == []
     # Same node, same inventory after a restart; another node, other UUIDs.
     assert [s.uuid for s in SimulatedGpus(4, "m", "node-a").sample()] == [s.uuid for s in samples]
     assert SimulatedGpus(1, "m", "node-b").sample()[0].uuid != first.uuid
@@ -32,18 +39,28 @@ def test_injected_faults_show_on_their_gpu_only() -> None:
             gpus={
                 1: GpuFault(xid=79, lost=True),
                 2: GpuFault(ecc_uncorrected_volatile=2, remap_failure=True, utilization="busy"),
-                3: GpuFault(throttle_reasons=["HwThermalSlowdown"], temperature_c=91.0, unsupported=["power_w"]),
+                3: GpuFault(
+                    throttle_reasons=["HwThermalSlowdown"], temperature_c=91.0, unsupported=["power_w"]
+                ),
             }
         )
     )
     s = gpus.sample()
-    assert s[0].utilization_pct == 0.0 and s[0].temperature_c is not None  # untouched
-    assert s[1].lost and s[1].last_xid == 79 and s[1].xid_count == 1
-    assert s[1].utilization_pct is None and s[1].temperature_c is None  # a lost GPU reads nothing
-    assert s[2].ecc_uncorrected_volatile == 2 and s[2].remap_failure is True
-    assert s[2].utilization_pct is not None and s[2].utilization_pct > 90
-    assert s[3].throttle_reasons == ["HwThermalSlowdown"] and s[3].temperature_c == 91.0
-    assert s[3].power_w is None and s[3].unsupported == ["power_w"]
+    assert s[0].utilization_pct == 0.0
+    assert s[0].temperature_c is not None
+    assert s[1].lost
+    assert s[1].last_xid == 79
+    assert s[1].xid_count == 1
+    assert s[1].utilization_pct is None
+    assert s[1].temperature_c is None
+    assert s[2].ecc_uncorrected_volatile == 2
+    assert s[2].remap_failure is True
+    assert s[2].utilization_pct is not None
+    assert s[2].utilization_pct > 90
+    assert s[3].throttle_reasons == ["HwThermalSlowdown"]
+    assert s[3].temperature_c == 91.0
+    assert s[3].power_w is None
+    assert s[3].unsupported == ["power_w"]
 
 
 def test_the_fault_file_is_reread_when_it_changes(tmp_path: Path) -> None:
@@ -53,12 +70,15 @@ def test_the_fault_file_is_reread_when_it_changes(tmp_path: Path) -> None:
 
     faults.write_text("visible_gpus: 7\ngpus:\n  0: {xid: 48}\n")
     samples = gpus.sample()
-    assert len(samples) == 7 and samples[0].last_xid == 48 and samples[0].xid_count == 1
+    assert len(samples) == 7
+    assert samples[0].last_xid == 48
+    assert samples[0].xid_count == 1
     assert gpus.sample()[0].xid_count == 1  # unchanged file: no new event
 
     faults.write_text("gpus:\n  0: {xid: 48}\n# again\n")
     samples = gpus.sample()
-    assert len(samples) == 8 and samples[0].xid_count == 2  # a rewrite is a new event
+    assert len(samples) == 8
+    assert samples[0].xid_count == 2
 
 
 @pytest.mark.parametrize(
@@ -74,4 +94,5 @@ def test_a_bad_fault_file_is_ignored_and_the_faults_in_force_stay(
     assert gpus.sample()[2].lost
     faults.write_text(text)
     assert gpus.sample()[2].lost
-    assert "fault file" in caplog.text and "ignored" in caplog.text
+    assert "fault file" in caplog.text
+    assert "ignored" in caplog.text

@@ -9,6 +9,7 @@ waits on an NVML event set and keeps the last Xid and a count per GPU for the sa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -118,10 +119,8 @@ class XidWatcher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlEventSetFree(self._event_set)
-        except pynvml.NVMLError:
-            pass
 
 
 class NvmlGpus:

@@ -171,7 +171,7 @@ class SimulatedGpus:
         }
         for name in fault.unsupported:
             readings[name] = None
-        return GpuSample(**identity, **readings, unsupported=list(fault.unsupported))  # type: ignore[arg-type]
+        return GpuSample(**identity, **readings, unsupported=list(fault.unsupported))
 
     def close(self) -> None:
         return None
