@@ -50,6 +50,8 @@ class Health:
 
     service: str
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
+    # More endpoints served beside /healthz and /readyz (the monitor's /metrics).
+    extra_routes: list[Route] = field(default_factory=list)
 
     async def readiness(self) -> tuple[bool, dict[str, bool]]:
         results = {name: await check() for name, check in self.checks.items()}
@@ -67,7 +69,7 @@ def health_routes(health: Health) -> list[Route]:
             status_code=200 if ready else 503,
         )
 
-    return [Route("/healthz", healthz), Route("/readyz", readyz)]
+    return [Route("/healthz", healthz), Route("/readyz", readyz), *health.extra_routes]
 
 
 class EmbeddedServer(uvicorn.Server):

@@ -17,6 +17,7 @@ from services.api.auth import TokenCache, bootstrap_admin
 from services.api.problems import install_problem_handlers, problem
 from services.api.repository import ApiRepository
 from services.api.routes_jobs import router as jobs_router
+from services.api.routes_nodes import router as nodes_router
 from services.api.settings import Settings
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
 
@@ -52,6 +53,7 @@ def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastA
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)
     app.include_router(jobs_router)
+    app.include_router(nodes_router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

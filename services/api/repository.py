@@ -9,8 +9,13 @@ from typing import Any
 from shared.db.pool import Database
 from shared.db.queries import Queries
 from shared.errors import Conflict, NotFound
-from shared.events import JobCancelled, JobCancelRequested, JobSubmitted
-from shared.events.types import JobCancelRequestedData, JobEndedData, JobSubmittedData
+from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, NodeDrainRequested
+from shared.events.types import (
+    JobCancelRequestedData,
+    JobEndedData,
+    JobSubmittedData,
+    NodeDrainRequestedData,
+)
 from shared.ids import JobId, new_job_id
 from shared.jobs import JobSpec, JobState
 from shared.outbox import append
@@ -112,3 +117,36 @@ class ApiRepository:
     async def token_by_hash(self, sha256: str) -> dict[str, Any] | None:
         row = await self.db.fetchrow(SQL.token_by_hash, sha256)
         return dict(row) if row else None
+
+    # --- nodes and GPUs (the monitor's tables, read for queries) -----------------------
+
+    async def list_nodes(self, node_id: str | None) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return [dict(r) for r in await conn.fetch(SQL.list_nodes, node_id)]
+
+    async def list_gpus(self, node_id: str | None) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return [dict(r) for r in await conn.fetch(SQL.list_gpus, node_id)]
+
+    async def health_events(self, node_id: str, limit: int) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return [dict(r) for r in await conn.fetch(SQL.health_events, node_id, limit)]
+
+    async def gpu_history(
+        self, resolution_s: int, since_s: int, node_id: str | None, gpu: int | None, job_id: str | None
+    ) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            rows = await conn.fetch(SQL.gpu_history, resolution_s, since_s, node_id, gpu, job_id)
+        return [dict(r) for r in rows]
+
+    async def request_drain(self, node_id: str, drain: bool, reason: str, requested_by: str) -> None:
+        """Record an admin's drain or undrain as an event; the monitor carries it out."""
+        event = NodeDrainRequested(
+            source=SOURCE,
+            subject=node_id,
+            data=NodeDrainRequestedData(
+                node_id=node_id, drain=drain, reason=reason, requested_by=requested_by
+            ),
+        )
+        async with self.db.transaction() as conn:
+            await append(conn, event, aggregate=node_id)

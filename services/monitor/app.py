@@ -1,41 +1,73 @@
-"""Composition root of the monitor service: heartbeats in, liveness out."""
+"""Composition root of the monitor service: heartbeats in; liveness, health, history and
+/metrics out; admin drain requests carried out."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
-from services.monitor.handlers import HEARTBEATS, MonitorHandlers
-from services.monitor.repository import mark_silent_nodes_unreachable
-from services.monitor.settings import Settings
+from services.monitor.handlers import NODE_COMMANDS, MonitorHandlers
+from services.monitor.health import default_rules
+from services.monitor.ingest import HeartbeatIngest
+from services.monitor.metrics import metrics_routes
+from services.monitor.repository import mark_silent_nodes_unreachable, prune_history, roll_up_history
+from services.monitor.settings import MonitorSettings, Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.db.pool import Database
 from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
+HEARTBEAT_SUBJECT = "corral.metrics.node.>"
+HEARTBEAT_QUEUE = "monitor"
 
 
-async def check_liveness(db: Database, timeout_s: float) -> None:
+async def check_liveness(db: Database, timeout_s: float, started: float) -> None:
+    # Heartbeats sent while this monitor was down were not heard (core NATS): give the
+    # nodes one timeout to be heard again before declaring any of them silent.
+    if time.monotonic() - started < timeout_s:
+        return
     async with db.transaction() as conn:
         marked = await mark_silent_nodes_unreachable(conn, timeout_s)
     for node_id in marked:
         log.warning("node %s missed its heartbeats; now UNREACHABLE", node_id)
 
 
+async def keep_history(db: Database, settings: MonitorSettings) -> None:
+    async with db.transaction() as conn:
+        await roll_up_history(conn, settings.history_resolution_s, settings.history_coarse_s)
+        await prune_history(conn, settings.history_resolution_s, settings.history_keep_fine_s)
+        await prune_history(conn, settings.history_coarse_s, settings.history_keep_coarse_s)
+
+
 async def serve(settings: Settings) -> None:
     async with service_resources("monitor", settings.common) as res:
+        config = settings.monitor
+        ingest = HeartbeatIngest(res.db, default_rules(), config)
+        res.health.extra_routes.extend(metrics_routes(res.db, ingest))
         handlers = MonitorHandlers(res.db)
+        started = time.monotonic()
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             tg.create_task(
-                run_consumer(res.bus, ConsumerSpec(HEARTBEATS, handlers.handle), res.dead_letters),
-                name="heartbeats",
+                res.bus.listen(HEARTBEAT_SUBJECT, HEARTBEAT_QUEUE, ingest.receive), name="heartbeats"
             )
-            timeout_s = settings.monitor.heartbeat_timeout_s
+            tg.create_task(every(config.flush_interval_s, ingest.flush, "heartbeat flush"), name="flush")
+            tg.create_task(
+                every(config.readings_interval_s, ingest.write_readings, "readings and history"),
+                name="readings",
+            )
+            tg.create_task(
+                every(60.0, lambda: keep_history(res.db, config), "history upkeep"), name="history"
+            )
+            tg.create_task(
+                run_consumer(res.bus, ConsumerSpec(NODE_COMMANDS, handlers.handle), res.dead_letters),
+                name="node-commands",
+            )
             tg.create_task(
                 every(
-                    settings.monitor.liveness_interval_s,
-                    lambda: check_liveness(res.db, timeout_s),
+                    config.liveness_interval_s,
+                    lambda: check_liveness(res.db, config.heartbeat_timeout_s, started),
                     "liveness check",
                 ),
                 name="liveness",

@@ -1,25 +1,27 @@
-"""The monitor's consumer of node heartbeats (the metrics stream).
+"""The monitor's consumer of admin drain / undrain requests (the nodes stream).
 
-Monitor instances share one durable consumer, so they split the heartbeats between
-them like a queue group. A heartbeat is an upsert of "latest state", so redelivery is
-harmless without an idempotency record (and metrics are too many to record each).
+Heartbeats do not come through here: they are a core-NATS queue group handled by
+``ingest.HeartbeatIngest`` (see there for why).
 """
 
 from __future__ import annotations
 
-from services.monitor.repository import record_heartbeat
-from shared.bus import ConsumerConfig
-from shared.bus.streams import METRICS
-from shared.db.pool import Database
-from shared.events import Event, NodeTelemetry
+import logging
 
-HEARTBEATS = ConsumerConfig(
-    stream=METRICS.name,
-    durable="monitor-heartbeats",
-    filter_subjects=("corral.metrics.node.>",),
-    ack_wait_s=10.0,
-    max_deliver=3,
-    deliver_all=False,
+from services.monitor.repository import apply_drain_request
+from shared.bus import ConsumerConfig
+from shared.bus.streams import NODES
+from shared.db.pool import Database
+from shared.events import Event, NodeDrainRequested
+from shared.idempotency import first_time
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "monitor-node-commands"
+NODE_COMMANDS = ConsumerConfig(
+    stream=NODES.name,
+    durable=CONSUMER,
+    filter_subjects=("corral.node.drain_requested.>",),
 )
 
 
@@ -28,6 +30,14 @@ class MonitorHandlers:
         self._db = db
 
     async def handle(self, event: Event) -> None:
-        if isinstance(event, NodeTelemetry):
-            async with self._db.transaction() as conn:
-                await record_heartbeat(conn, event.data)
+        if not isinstance(event, NodeDrainRequested):
+            return
+        async with self._db.transaction() as conn:
+            if not await first_time(conn, CONSUMER, event.id):
+                return
+            changed = await apply_drain_request(conn, event.data)
+        verb = "drained" if event.data.drain else "undrained"
+        if changed:
+            log.warning("node %s %s by %s", event.data.node_id, verb, event.data.requested_by)
+        else:
+            log.info("node %s: nothing to do (already %s, or unknown)", event.data.node_id, verb)

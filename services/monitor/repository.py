@@ -1,50 +1,38 @@
-"""All of the monitor's SQL: node and GPU inventory, liveness."""
+"""All of the monitor's SQL: node and GPU inventory, liveness, health and drains, history."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+from services.monitor.health import LASTING, Finding, HealthMarks, HealthRules, evaluate, lasting_conditions
 from shared.db.pool import Connection
 from shared.db.queries import Queries
-from shared.events import NodeRegistered, NodeUnreachable
-from shared.events.types import GpuInfo, NodeRegisteredData, NodeTelemetryData, NodeUnreachableData
+from shared.events import NodeDrained, NodeRegistered, NodeUndrained, NodeUnreachable
+from shared.events.types import (
+    GpuInfo,
+    GpuSample,
+    NodeDrainedData,
+    NodeDrainRequestedData,
+    NodeRegisteredData,
+    NodeTelemetryData,
+    NodeUndrainedData,
+    NodeUnreachableData,
+)
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/monitor"
 
 
-async def record_heartbeat(conn: Connection, data: NodeTelemetryData) -> bool:
-    """Store the node's heartbeat and readings; announce it when new, back, or changed.
+def inventory(data: NodeTelemetryData) -> tuple[tuple[int, str, str, int], ...]:
+    return tuple((g.index, g.uuid, g.model, g.memory_total_mb) for g in data.gpus)
 
-    Returns whether a ``node.registered`` event was written.
-    """
-    previous = await conn.fetchval(SQL.node_state, data.node_id)
-    inventory_before = [tuple(r) for r in await conn.fetch(SQL.gpu_inventory, data.node_id)]
-    await conn.execute(
-        SQL.upsert_node, data.node_id, data.hostname, data.simulated, len(data.gpus), data.address
-    )
-    await conn.executemany(
-        SQL.upsert_gpu,
-        [
-            (
-                data.node_id,
-                g.index,
-                g.uuid,
-                g.model,
-                g.memory_total_mb,
-                g.utilization_pct,
-                g.memory_used_mb,
-                g.temperature_c,
-            )
-            for g in data.gpus
-        ],
-    )
-    await conn.execute(SQL.delete_gpus_above, data.node_id, len(data.gpus))
-    inventory_now = [(g.index, g.uuid, g.model, g.memory_total_mb) for g in data.gpus]
-    if previous == "READY" and inventory_before == inventory_now:
-        return False
-    gpus = [GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t) for i, u, m, t in inventory_now]
+
+async def _announce_registered(conn: Connection, data: NodeTelemetryData) -> None:
+    gpus = [GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t) for i, u, m, t in inventory(data)]
     event = NodeRegistered(
         source=SOURCE,
         subject=data.node_id,
@@ -53,7 +41,71 @@ async def record_heartbeat(conn: Connection, data: NodeTelemetryData) -> bool:
         ),
     )
     await append(conn, event, aggregate=data.node_id)
-    return True
+
+
+async def register_node(conn: Connection, data: NodeTelemetryData) -> int:
+    """Store a node first heard of (or whose inventory changed); announce it when new,
+    back, or changed. Returns the GPUs it is expected to have."""
+    previous = await conn.fetchrow(SQL.node_state, data.node_id)
+    inventory_before = tuple(tuple(r) for r in await conn.fetch(SQL.gpu_inventory, data.node_id))
+    row = await conn.fetchrow(
+        SQL.upsert_node, data.node_id, data.hostname, data.simulated, len(data.gpus), data.address
+    )
+    assert row is not None  # an upsert always returns its row
+    await write_readings(conn, [data])
+    await conn.execute(SQL.delete_gpus_above, data.node_id, len(data.gpus))
+    if previous is None or previous["state"] != "READY" or inventory_before != inventory(data):
+        await _announce_registered(conn, data)
+    return int(row["expected_gpus"])
+
+
+async def touch_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> list[str]:
+    """Liveness for many known nodes in one statement; nodes back from UNREACHABLE are
+    announced again. Returns the ids of the nodes that came back."""
+    by_id = {h.node_id: h for h in heartbeats}
+    back = []
+    for row in await conn.fetch(SQL.touch_nodes, sorted(by_id)):
+        if row["previous_state"] == "UNREACHABLE":
+            await _announce_registered(conn, by_id[row["id"]])
+            back.append(row["id"])
+    return back
+
+
+def _csv(values: Iterable[str] | None) -> str | None:
+    return None if values is None else ",".join(values)
+
+
+async def write_readings(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
+    rows = [(h.node_id, g) for h in heartbeats for g in h.gpus]
+    if not rows:
+        return
+    columns: list[list[object]] = [[] for _ in range(20)]
+    for node_id, g in rows:
+        values = (
+            node_id,
+            g.index,
+            g.uuid,
+            g.model,
+            g.memory_total_mb,
+            g.utilization_pct,
+            g.memory_used_mb,
+            g.temperature_c,
+            g.memory_utilization_pct,
+            g.power_w,
+            g.sm_clock_mhz,
+            _csv(g.throttle_reasons),
+            g.ecc_corrected_volatile,
+            g.ecc_uncorrected_volatile,
+            g.remapped_rows_pending,
+            g.remap_failure,
+            g.last_xid,
+            g.xid_count,
+            g.lost,
+            _csv(g.unsupported) or "",
+        )
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    await conn.execute(SQL.upsert_gpus, *columns)
 
 
 async def mark_silent_nodes_unreachable(conn: Connection, timeout_s: float) -> list[str]:
@@ -67,3 +119,148 @@ async def mark_silent_nodes_unreachable(conn: Connection, timeout_s: float) -> l
         await append(conn, event, aggregate=row["id"])
         marked.append(row["id"])
     return marked
+
+
+# --- health and drains ---------------------------------------------------------------
+
+
+async def _record(
+    conn: Connection,
+    node_id: str,
+    kind: str,
+    gpu: int | None,
+    condition: str,
+    action: str,
+    detail: str,
+    actor: str,
+) -> None:
+    await conn.execute(SQL.insert_health_event, node_id, kind, gpu, condition, action, detail, actor)
+
+
+async def drain(conn: Connection, node_id: str, reason: str, by: str, evict: bool) -> bool:
+    """Drain the node (or widen a drain to evicting); announce it. False if nothing changed."""
+    if await conn.fetchval(SQL.drain_node, node_id, reason, by, evict) is None:
+        return False
+    await _record(conn, node_id, "drained", None, "drain", "evict" if evict else "drain", reason, by)
+    event = NodeDrained(
+        source=SOURCE,
+        subject=node_id,
+        data=NodeDrainedData(node_id=node_id, reason=reason, drained_by=by, evict=evict),
+    )
+    await append(conn, event, aggregate=node_id)
+    return True
+
+
+async def check_health(conn: Connection, data: NodeTelemetryData, rules: HealthRules) -> list[Finding]:
+    """Evaluate the rules on one heartbeat, under the node's row lock; drain if they say so."""
+    row = await conn.fetchrow(SQL.node_health, data.node_id)
+    if row is None:
+        return []
+    marks = HealthMarks.from_json(row["health_marks"])
+    findings, new_marks = evaluate(
+        data.gpus, data.boot_id, marks, frozenset(row["health_waivers"]), row["expected_gpus"], rules
+    )
+    if new_marks != marks:
+        await conn.execute(SQL.save_health_marks, data.node_id, new_marks.to_json())
+    acting = [f for f in findings if f.action != "ignore"]
+    new_events = [f for f in findings if f.condition not in LASTING]
+    for f in new_events if row["drained"] else findings:
+        # Lasting conditions are written once, when they drain; events every time they occur.
+        await _record(conn, data.node_id, "finding", f.gpu_index, f.condition, f.action, f.detail, "monitor")
+    if acting:
+        evict = any(f.action == "evict" for f in acting)
+        await drain(conn, data.node_id, "; ".join(f.detail for f in acting), "monitor", evict)
+    return findings
+
+
+async def apply_drain_request(conn: Connection, request: NodeDrainRequestedData) -> bool:
+    """An admin's drain or undrain. Undraining accepts the lasting conditions present now."""
+    if await conn.fetchval(SQL.node_exists, request.node_id) is None:
+        return False
+    if request.drain:
+        return await drain(
+            conn, request.node_id, request.reason or "drained by an admin", request.requested_by, False
+        )
+    rows = await conn.fetch(SQL.current_gpus, request.node_id)
+    gpus = [
+        GpuSample(
+            index=r["index"],
+            uuid=r["uuid"],
+            model=r["model"],
+            memory_total_mb=r["memory_total_mb"],
+            lost=r["lost"],
+            remap_failure=r["remap_failure"],
+        )
+        for r in rows
+    ]
+    waived = lasting_conditions(gpus)
+    if await conn.fetchval(SQL.undrain_node, request.node_id, waived, len(gpus)) is None:
+        return False
+    detail = request.reason or "undrained by an admin"
+    if waived:
+        detail += f" (accepted: {', '.join(waived)})"
+    await _record(conn, request.node_id, "undrained", None, "undrain", "none", detail, request.requested_by)
+    event = NodeUndrained(
+        source=SOURCE,
+        subject=request.node_id,
+        data=NodeUndrainedData(node_id=request.node_id, undrained_by=request.requested_by, waived=waived),
+    )
+    await append(conn, event, aggregate=request.node_id)
+    return True
+
+
+# --- history -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    bucket: datetime
+    node_id: str
+    gpu_index: int
+    job_id: str | None
+    samples: int
+    utilization_avg: float | None
+    utilization_max: float | None
+    memory_used_mb_max: int | None
+    temperature_max: float | None
+    power_avg: float | None
+
+
+async def write_history(conn: Connection, resolution_s: int, rows: Sequence[HistoryRow]) -> None:
+    if not rows:
+        return
+    columns = [
+        list(column)
+        for column in zip(
+            *(
+                (
+                    r.bucket,
+                    r.node_id,
+                    r.gpu_index,
+                    r.job_id,
+                    r.samples,
+                    r.utilization_avg,
+                    r.utilization_max,
+                    r.memory_used_mb_max,
+                    r.temperature_max,
+                    r.power_avg,
+                )
+                for r in rows
+            ),
+            strict=True,
+        )
+    ]
+    await conn.execute(SQL.upsert_history, resolution_s, *columns)
+
+
+async def roll_up_history(conn: Connection, fine_s: int, coarse_s: int) -> None:
+    await conn.execute(SQL.roll_up_history, fine_s, coarse_s)
+
+
+async def prune_history(conn: Connection, resolution_s: int, keep_s: float) -> None:
+    await conn.execute(SQL.prune_history, resolution_s, keep_s)
+
+
+async def gpu_owners(conn: Connection) -> dict[tuple[str, int], tuple[str, str]]:
+    """(node, GPU index) -> (job id, task) for every GPU a live attempt holds."""
+    return {(r["node_id"], r["gpu"]): (r["job_id"], r["task"]) for r in await conn.fetch(SQL.gpu_owners)}

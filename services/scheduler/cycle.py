@@ -15,6 +15,7 @@ import asyncpg
 
 from services.scheduler.leader import Leadership
 from services.scheduler.placement import decide
+from services.scheduler.preemption import evict_from_drained_nodes
 from services.scheduler.repository import commit_decisions, load_snapshot
 from shared.aio import raise_if_cancelling, wait_event
 
@@ -49,6 +50,8 @@ class Cycle:
             started = time.perf_counter()
             try:
                 async with conn.transaction():
+                    for job_id in await evict_from_drained_nodes(conn):
+                        log.warning("job %s preempted: its node was drained with eviction", job_id)
                     pending, nodes = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
                     decisions = decide(pending, nodes)
                     placed = await commit_decisions(conn, decisions)

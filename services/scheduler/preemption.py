@@ -28,3 +28,14 @@ async def request_preemption(conn: Connection, job_id: str, reason: str) -> bool
     )
     await append(conn, event, aggregate=job_id)
     return True
+
+
+async def evict_from_drained_nodes(conn: Connection) -> list[str]:
+    """Preempt the jobs on nodes drained with eviction (a reconcile step of every cycle,
+    so a lost ``node.drained`` event delays the eviction by one cycle at most)."""
+    evicted = []
+    for row in await conn.fetch(SQL.jobs_on_evicting_nodes):
+        reason = f"node {row['node_id']} drained: {row['drain_reason']}"
+        if await request_preemption(conn, row["job_id"], reason):
+            evicted.append(row["job_id"])
+    return evicted

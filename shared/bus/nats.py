@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import nats
 import nats.errors
@@ -161,6 +161,31 @@ class NatsBus:
         await self.js.add_consumer(config.stream, consumer)
         sub = await self.js.pull_subscribe_bind(config.durable, stream=config.stream)
         return NatsSubscription(sub)
+
+    async def listen(self, subject: str, queue: str, handle: Callable[[bytes], None]) -> None:
+        """Hand every message on ``subject`` to ``handle``, sharing them with every other
+        listener of the same ``queue`` (a core-NATS queue group); runs until cancelled.
+
+        For metrics only: no acks, no redelivery — a listener that is down or too slow
+        misses messages (the next heartbeat replaces a lost one). Lifecycle events go
+        through ``subscribe`` and its durable, acknowledged consumers instead.
+        """
+
+        async def deliver(msg: Msg) -> None:
+            handle(msg.data)
+
+        sub = await self.nc.subscribe(
+            subject,
+            queue=queue,
+            cb=deliver,
+            pending_msgs_limit=200_000,
+            pending_bytes_limit=512 * 1024 * 1024,
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            if not self.nc.is_closed:
+                await sub.unsubscribe()
 
     async def close(self) -> None:
         # close, not drain: publishes were already acknowledged one by one, and an

@@ -128,6 +128,19 @@ CREATE TABLE launcher.attempts (
     CONSTRAINT attempts_classification_check CHECK ((classification = ANY (ARRAY['transient'::text, 'permanent'::text, 'unknown'::text]))),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );
+CREATE TABLE monitor.gpu_history (
+    resolution_s integer NOT NULL,
+    bucket timestamp with time zone NOT NULL,
+    node_id text NOT NULL,
+    gpu_index integer NOT NULL,
+    job_id text,
+    samples integer NOT NULL,
+    utilization_avg real,
+    utilization_max real,
+    memory_used_mb_max integer,
+    temperature_max real,
+    power_avg real
+);
 CREATE TABLE monitor.gpus (
     node_id text NOT NULL,
     index integer NOT NULL,
@@ -137,8 +150,40 @@ CREATE TABLE monitor.gpus (
     utilization_pct real,
     memory_used_mb integer,
     temperature_c real,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    memory_utilization_pct real,
+    power_w real,
+    sm_clock_mhz integer,
+    throttle_reasons text[],
+    ecc_corrected_volatile bigint,
+    ecc_uncorrected_volatile bigint,
+    remapped_rows_pending boolean,
+    remap_failure boolean,
+    last_xid integer,
+    xid_count integer DEFAULT 0 NOT NULL,
+    lost boolean DEFAULT false NOT NULL,
+    unsupported text[] DEFAULT '{}'::text[] NOT NULL
 );
+CREATE TABLE monitor.health_events (
+    id bigint NOT NULL,
+    node_id text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    kind text NOT NULL,
+    gpu_index integer,
+    condition text NOT NULL,
+    action text NOT NULL,
+    detail text NOT NULL,
+    actor text NOT NULL,
+    CONSTRAINT health_events_action_check CHECK ((action = ANY (ARRAY['drain'::text, 'evict'::text, 'ignore'::text, 'none'::text]))),
+    CONSTRAINT health_events_kind_check CHECK ((kind = ANY (ARRAY['finding'::text, 'drained'::text, 'undrained'::text])))
+);
+CREATE SEQUENCE monitor.health_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE monitor.health_events_id_seq OWNED BY monitor.health_events.id;
 CREATE TABLE monitor.nodes (
     id text NOT NULL,
     hostname text NOT NULL,
@@ -149,6 +194,13 @@ CREATE TABLE monitor.nodes (
     last_heartbeat timestamp with time zone NOT NULL,
     state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
     address text DEFAULT '127.0.0.1'::text NOT NULL,
+    drained_at timestamp with time zone,
+    drain_reason text,
+    drained_by text,
+    drain_evicts boolean DEFAULT false NOT NULL,
+    expected_gpus integer DEFAULT 0 NOT NULL,
+    health_marks jsonb DEFAULT '{}'::jsonb NOT NULL,
+    health_waivers text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
 );
 CREATE TABLE scheduler.allocations (
@@ -169,6 +221,7 @@ CREATE TABLE scheduler.preemptions (
 );
 ALTER TABLE ONLY corral.dead_letters ALTER COLUMN id SET DEFAULT nextval('corral.dead_letters_id_seq'::regclass);
 ALTER TABLE ONLY corral.outbox ALTER COLUMN id SET DEFAULT nextval('corral.outbox_id_seq'::regclass);
+ALTER TABLE ONLY monitor.health_events ALTER COLUMN id SET DEFAULT nextval('monitor.health_events_id_seq'::regclass);
 ALTER TABLE ONLY alerter.alerts
     ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.jobs
@@ -193,8 +246,12 @@ ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_generation_task_role_task_index_key UNIQUE (job_id, generation, task_role, task_index);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY monitor.gpu_history
+    ADD CONSTRAINT gpu_history_pkey PRIMARY KEY (resolution_s, node_id, gpu_index, bucket);
 ALTER TABLE ONLY monitor.gpus
     ADD CONSTRAINT gpus_pkey PRIMARY KEY (node_id, index);
+ALTER TABLE ONLY monitor.health_events
+    ADD CONSTRAINT health_events_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY monitor.nodes
     ADD CONSTRAINT nodes_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY scheduler.allocations
@@ -209,11 +266,16 @@ CREATE INDEX outbox_unsent ON corral.outbox USING btree (part, id) WHERE (sent_a
 CREATE INDEX attempts_by_job ON launcher.attempts USING btree (job_id);
 CREATE INDEX attempts_by_node_live ON launcher.attempts USING btree (node_id) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
 CREATE UNIQUE INDEX attempts_one_live_per_task ON launcher.attempts USING btree (job_id, task_role, task_index) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
+CREATE INDEX gpu_history_by_age ON monitor.gpu_history USING btree (resolution_s, bucket);
+CREATE INDEX gpu_history_by_job ON monitor.gpu_history USING btree (job_id, resolution_s, bucket) WHERE (job_id IS NOT NULL);
+CREATE INDEX health_events_by_node ON monitor.health_events USING btree (node_id, at DESC);
 CREATE INDEX allocations_live ON scheduler.allocations USING btree (node_id) WHERE (released_at IS NULL);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY monitor.gpus
     ADD CONSTRAINT gpus_node_id_fkey FOREIGN KEY (node_id) REFERENCES monitor.nodes(id);
+ALTER TABLE ONLY monitor.health_events
+    ADD CONSTRAINT health_events_node_id_fkey FOREIGN KEY (node_id) REFERENCES monitor.nodes(id);
 ALTER TABLE ONLY scheduler.allocations
     ADD CONSTRAINT allocations_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY scheduler.preemptions

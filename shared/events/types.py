@@ -274,6 +274,63 @@ class NodeUnreachable(Envelope):
         return self.data.node_id
 
 
+class NodeDrainedData(_Data):
+    node_id: str
+    reason: str
+    drained_by: str = Field(description="'monitor' for a health rule, else the admin's name")
+    evict: bool = Field(description="true when what runs on the node is to be moved elsewhere")
+
+
+class NodeDrained(Envelope):
+    """The node takes no new work (and, when ``evict``, its jobs are preempted)."""
+
+    type: Literal["corral.node.drained.v1"] = "corral.node.drained.v1"
+    data: NodeDrainedData
+
+    subject_prefix: ClassVar[str] = "corral.node.drained"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class NodeUndrainedData(_Data):
+    node_id: str
+    undrained_by: str
+    waived: list[str] = Field(default_factory=list, description="lasting conditions accepted")
+
+
+class NodeUndrained(Envelope):
+    type: Literal["corral.node.undrained.v1"] = "corral.node.undrained.v1"
+    data: NodeUndrainedData
+
+    subject_prefix: ClassVar[str] = "corral.node.undrained"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
+class NodeDrainRequestedData(_Data):
+    node_id: str
+    drain: bool = Field(description="true to drain, false to undrain")
+    reason: str = ""
+    requested_by: str
+
+
+class NodeDrainRequested(Envelope):
+    """An admin's drain or undrain, recorded by the API; the monitor carries it out."""
+
+    type: Literal["corral.node.drain_requested.v1"] = "corral.node.drain_requested.v1"
+    data: NodeDrainRequestedData
+
+    subject_prefix: ClassVar[str] = "corral.node.drain_requested"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id
+
+
 class GpuSample(_Data):
     """One GPU's readings at one instant.
 
@@ -360,6 +417,9 @@ Event = Annotated[
     | TaskExited
     | NodeRegistered
     | NodeUnreachable
+    | NodeDrained
+    | NodeUndrained
+    | NodeDrainRequested
     | NodeTelemetry
     | AlertFiring,
     Field(discriminator="type"),

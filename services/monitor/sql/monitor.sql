@@ -1,34 +1,170 @@
 -- name: node_state
-SELECT state FROM monitor.nodes WHERE id = $1 FOR UPDATE;
+SELECT state, expected_gpus FROM monitor.nodes WHERE id = $1 FOR UPDATE;
 
 -- name: upsert_node
-INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address)
-VALUES ($1, $2, $3, 'READY', $4, now(), $5)
+INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address,
+                                 expected_gpus)
+VALUES ($1, $2, $3, 'READY', $4, now(), $5, $4)
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
     address = EXCLUDED.address,
     last_heartbeat = now(),
+    expected_gpus = greatest(n.expected_gpus, EXCLUDED.gpu_count),
     state = CASE WHEN n.state = 'UNREACHABLE' THEN 'READY' ELSE n.state END,
     state_changed_at = CASE WHEN n.state = 'UNREACHABLE' THEN now() ELSE n.state_changed_at END
-RETURNING state;
+RETURNING state, expected_gpus;
 
 -- name: gpu_inventory
 SELECT index, uuid, model, memory_total_mb FROM monitor.gpus WHERE node_id = $1 ORDER BY index;
 
--- name: upsert_gpu
-INSERT INTO monitor.gpus (node_id, index, uuid, model, memory_total_mb, utilization_pct,
-                          memory_used_mb, temperature_c, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())
+-- name: upsert_gpus
+-- One row per GPU, all of a batch at once (arrays in GPU order).
+INSERT INTO monitor.gpus AS g (node_id, index, uuid, model, memory_total_mb, utilization_pct, memory_used_mb,
+                               temperature_c, memory_utilization_pct, power_w, sm_clock_mhz,
+                               throttle_reasons, ecc_corrected_volatile, ecc_uncorrected_volatile,
+                               remapped_rows_pending, remap_failure, last_xid, xid_count, lost,
+                               unsupported, updated_at)
+SELECT r.node_id, r.index, r.uuid, r.model, r.memory_total_mb, r.utilization_pct, r.memory_used_mb,
+       r.temperature_c, r.memory_utilization_pct, r.power_w, r.sm_clock_mhz,
+       CASE WHEN r.throttle_reasons IS NULL THEN NULL
+            ELSE coalesce(string_to_array(nullif(r.throttle_reasons, ''), ','), '{}') END,
+       r.ecc_corrected, r.ecc_uncorrected, r.remapped_rows_pending, r.remap_failure, r.last_xid,
+       r.xid_count, r.lost, coalesce(string_to_array(nullif(r.unsupported, ''), ','), '{}'), now()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[], $6::real[], $7::int[], $8::real[],
+            $9::real[], $10::real[], $11::int[], $12::text[], $13::bigint[], $14::bigint[], $15::bool[],
+            $16::bool[], $17::int[], $18::int[], $19::bool[], $20::text[])
+     AS r(node_id, index, uuid, model, memory_total_mb, utilization_pct, memory_used_mb, temperature_c,
+          memory_utilization_pct, power_w, sm_clock_mhz, throttle_reasons, ecc_corrected, ecc_uncorrected,
+          remapped_rows_pending, remap_failure, last_xid, xid_count, lost, unsupported)
 ON CONFLICT (node_id, index) DO UPDATE
 SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, memory_total_mb = EXCLUDED.memory_total_mb,
     utilization_pct = EXCLUDED.utilization_pct, memory_used_mb = EXCLUDED.memory_used_mb,
-    temperature_c = EXCLUDED.temperature_c, updated_at = now();
+    temperature_c = EXCLUDED.temperature_c, memory_utilization_pct = EXCLUDED.memory_utilization_pct,
+    power_w = EXCLUDED.power_w, sm_clock_mhz = EXCLUDED.sm_clock_mhz,
+    throttle_reasons = EXCLUDED.throttle_reasons,
+    ecc_corrected_volatile = EXCLUDED.ecc_corrected_volatile,
+    ecc_uncorrected_volatile = EXCLUDED.ecc_uncorrected_volatile,
+    remapped_rows_pending = EXCLUDED.remapped_rows_pending, remap_failure = EXCLUDED.remap_failure,
+    last_xid = EXCLUDED.last_xid, xid_count = EXCLUDED.xid_count, lost = EXCLUDED.lost,
+    unsupported = EXCLUDED.unsupported, updated_at = now();
 
 -- name: delete_gpus_above
 DELETE FROM monitor.gpus WHERE node_id = $1 AND index >= $2;
+
+-- name: touch_nodes
+-- Liveness for many nodes in one statement; returns the ones that were UNREACHABLE (back now).
+WITH previous AS (
+    SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
+)
+UPDATE monitor.nodes n
+SET last_heartbeat = now(),
+    state = 'READY',
+    state_changed_at = CASE WHEN previous.state = 'UNREACHABLE' THEN now() ELSE n.state_changed_at END
+FROM previous
+WHERE n.id = previous.id
+RETURNING n.id, previous.state AS previous_state;
 
 -- name: mark_unreachable
 UPDATE monitor.nodes
 SET state = 'UNREACHABLE', state_changed_at = now()
 WHERE state = 'READY' AND last_heartbeat < now() - make_interval(secs => $1)
 RETURNING id, extract(epoch FROM now() - last_heartbeat)::float8 AS age_s;
+
+-- name: node_health
+SELECT drained_at IS NOT NULL AS drained, drain_evicts, health_marks, health_waivers, expected_gpus
+FROM monitor.nodes WHERE id = $1 FOR UPDATE;
+
+-- name: save_health_marks
+UPDATE monitor.nodes SET health_marks = $2 WHERE id = $1;
+
+-- name: drain_node
+UPDATE monitor.nodes
+SET drained_at = coalesce(drained_at, now()),
+    drain_reason = CASE WHEN drained_at IS NULL THEN $2 ELSE drain_reason END,
+    drained_by = CASE WHEN drained_at IS NULL THEN $3 ELSE drained_by END,
+    drain_evicts = drain_evicts OR $4
+WHERE id = $1 AND (drained_at IS NULL OR (NOT drain_evicts AND $4))
+RETURNING drain_reason;
+
+-- name: undrain_node
+UPDATE monitor.nodes
+SET drained_at = NULL, drain_reason = NULL, drained_by = NULL, drain_evicts = false,
+    health_waivers = $2, expected_gpus = $3
+WHERE id = $1 AND drained_at IS NOT NULL
+RETURNING id;
+
+-- name: node_exists
+SELECT gpu_count FROM monitor.nodes WHERE id = $1;
+
+-- name: current_gpus
+SELECT index, uuid, model, memory_total_mb, lost, remap_failure FROM monitor.gpus WHERE node_id = $1 ORDER BY index;
+
+-- name: insert_health_event
+INSERT INTO monitor.health_events (node_id, kind, gpu_index, condition, action, detail, actor)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: gpu_owners
+-- GPU -> job attribution: the live attempts and the GPUs they hold.
+SELECT node_id, gpu, job_id, task_role || '-' || task_index AS task
+FROM launcher.attempts, unnest(gpu_indices) AS gpu
+WHERE state IN ('ASSIGNED', 'STARTING', 'RUNNING');
+
+-- name: upsert_history
+-- Merge buckets: two monitor instances may each hold part of one GPU's bucket.
+INSERT INTO monitor.gpu_history AS h (resolution_s, bucket, node_id, gpu_index, job_id, samples,
+                                      utilization_avg, utilization_max, memory_used_mb_max,
+                                      temperature_max, power_avg)
+SELECT $1, r.bucket, r.node_id, r.gpu_index, r.job_id, r.samples, r.utilization_avg, r.utilization_max,
+       r.memory_used_mb_max, r.temperature_max, r.power_avg
+FROM unnest($2::timestamptz[], $3::text[], $4::int[], $5::text[], $6::int[], $7::real[], $8::real[],
+            $9::int[], $10::real[], $11::real[])
+     AS r(bucket, node_id, gpu_index, job_id, samples, utilization_avg, utilization_max,
+          memory_used_mb_max, temperature_max, power_avg)
+ON CONFLICT (resolution_s, node_id, gpu_index, bucket) DO UPDATE
+SET samples = h.samples + EXCLUDED.samples,
+    job_id = coalesce(EXCLUDED.job_id, h.job_id),
+    utilization_avg = (h.utilization_avg * h.samples + EXCLUDED.utilization_avg * EXCLUDED.samples)
+                      / nullif(h.samples + EXCLUDED.samples, 0),
+    utilization_max = greatest(h.utilization_max, EXCLUDED.utilization_max),
+    memory_used_mb_max = greatest(h.memory_used_mb_max, EXCLUDED.memory_used_mb_max),
+    temperature_max = greatest(h.temperature_max, EXCLUDED.temperature_max),
+    power_avg = (h.power_avg * h.samples + EXCLUDED.power_avg * EXCLUDED.samples)
+                / nullif(h.samples + EXCLUDED.samples, 0);
+
+-- name: roll_up_history
+-- Fine buckets -> coarse buckets, for coarse buckets that have ended; idempotent (recomputed whole).
+INSERT INTO monitor.gpu_history AS h (resolution_s, bucket, node_id, gpu_index, job_id, samples,
+                                      utilization_avg, utilization_max, memory_used_mb_max,
+                                      temperature_max, power_avg)
+SELECT $2::int, date_bin(make_interval(secs => $2::int), bucket, 'epoch'::timestamptz), node_id, gpu_index,
+       max(job_id), sum(samples),
+       sum(utilization_avg * samples) / nullif(sum(samples), 0), max(utilization_max),
+       max(memory_used_mb_max), max(temperature_max),
+       sum(power_avg * samples) / nullif(sum(samples), 0)
+FROM monitor.gpu_history
+WHERE resolution_s = $1::int
+  AND bucket >= date_bin(make_interval(secs => $2::int), now(), 'epoch'::timestamptz) - make_interval(secs => $2::int * 3)
+  AND bucket < date_bin(make_interval(secs => $2::int), now(), 'epoch'::timestamptz)
+GROUP BY 2, node_id, gpu_index
+ON CONFLICT (resolution_s, node_id, gpu_index, bucket) DO UPDATE
+SET samples = EXCLUDED.samples, job_id = EXCLUDED.job_id, utilization_avg = EXCLUDED.utilization_avg,
+    utilization_max = EXCLUDED.utilization_max, memory_used_mb_max = EXCLUDED.memory_used_mb_max,
+    temperature_max = EXCLUDED.temperature_max, power_avg = EXCLUDED.power_avg;
+
+-- name: prune_history
+DELETE FROM monitor.gpu_history WHERE resolution_s = $1 AND bucket < now() - make_interval(secs => $2);
+
+-- name: latest_gpus
+-- Everything /metrics shows: each GPU's latest readings, its node, and who uses it.
+SELECT g.*, n.hostname, n.simulated, n.state AS node_state, n.drained_at IS NOT NULL AS drained,
+       o.job_id, o.task
+FROM monitor.gpus g
+JOIN monitor.nodes n ON n.id = g.node_id
+LEFT JOIN LATERAL (
+    SELECT a.job_id, a.task_role || '-' || a.task_index AS task
+    FROM launcher.attempts a
+    WHERE a.node_id = g.node_id AND g.index = ANY(a.gpu_indices)
+      AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')
+    LIMIT 1
+) o ON true
+ORDER BY g.node_id, g.index;

@@ -7,13 +7,22 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
   AND (j.state IN ('PENDING', 'SUCCEEDED', 'FAILED', 'CANCELLED') OR j.generation <> a.generation);
 
 -- name: ready_nodes
--- Ready: the monitor hears the node, and a node agent holds a live lease to run tasks there.
+-- Ready: the monitor hears the node and has not drained it, and a node agent holds a live
+-- lease to run tasks there. A GPU NVML reports lost is no capacity.
 SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
-LEFT JOIN monitor.gpus g ON g.node_id = n.id
-WHERE n.state = 'READY'
+LEFT JOIN monitor.gpus g ON g.node_id = n.id AND NOT g.lost
+WHERE n.state = 'READY' AND n.drained_at IS NULL
 GROUP BY n.id;
+
+-- name: jobs_on_evicting_nodes
+-- Jobs holding GPUs on a node drained with eviction (its GPUs are gone or failing).
+SELECT DISTINCT a.job_id, n.id AS node_id, n.drain_reason
+FROM scheduler.allocations a
+JOIN monitor.nodes n ON n.id = a.node_id
+WHERE a.released_at IS NULL AND n.drained_at IS NOT NULL AND n.drain_evicts
+ORDER BY a.job_id;
 
 -- name: live_allocations
 SELECT node_id, gpu_indices FROM scheduler.allocations WHERE released_at IS NULL;

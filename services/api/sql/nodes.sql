@@ -1,0 +1,38 @@
+-- name: list_nodes
+SELECT n.id, n.hostname, n.simulated, n.state, n.gpu_count, n.expected_gpus, n.last_heartbeat,
+       n.drained_at, n.drain_reason, n.drained_by, n.drain_evicts,
+       (SELECT count(*) FROM monitor.gpus g WHERE g.node_id = n.id AND g.lost) AS lost_gpus,
+       (SELECT coalesce(sum(cardinality(a.gpu_indices)), 0) FROM launcher.attempts a
+        WHERE a.node_id = n.id AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')) AS gpus_in_use
+FROM monitor.nodes n
+WHERE $1::text IS NULL OR n.id = $1
+ORDER BY n.id;
+
+-- name: list_gpus
+-- Every GPU's latest readings and who uses it.
+SELECT g.*, o.job_id, o.task
+FROM monitor.gpus g
+LEFT JOIN LATERAL (
+    SELECT a.job_id, a.task_role || '-' || a.task_index AS task
+    FROM launcher.attempts a
+    WHERE a.node_id = g.node_id AND g.index = ANY(a.gpu_indices)
+      AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')
+    LIMIT 1
+) o ON true
+WHERE $1::text IS NULL OR g.node_id = $1
+ORDER BY g.node_id, g.index;
+
+-- name: health_events
+SELECT at, kind, gpu_index, condition, action, detail, actor
+FROM monitor.health_events WHERE node_id = $1 ORDER BY at DESC, id DESC LIMIT $2;
+
+-- name: gpu_history
+SELECT bucket, node_id, gpu_index, job_id, samples, utilization_avg, utilization_max,
+       memory_used_mb_max, temperature_max, power_avg
+FROM monitor.gpu_history
+WHERE resolution_s = $1 AND bucket >= now() - make_interval(secs => $2)
+  AND ($3::text IS NULL OR node_id = $3)
+  AND ($4::int IS NULL OR gpu_index = $4)
+  AND ($5::text IS NULL OR job_id = $5)
+ORDER BY node_id, gpu_index, bucket
+LIMIT 100000;

@@ -1,0 +1,140 @@
+"""The monitor's hot path: heartbeats in, batched writes out.
+
+A 5,000-node cluster sends 5,000 heartbeats a second; one transaction each would be
+more than Postgres on a small machine can take. So a heartbeat only updates memory
+(``receive`` is synchronous and cheap), and writes go out in batches:
+
+- every ``flush_interval_s``: liveness of every node heard from (one statement), the
+  registration of nodes that are new or whose GPUs changed, and the health rules for
+  the few nodes whose GPUs report trouble (``health.suspicious`` tells, in memory);
+- every ``readings_interval_s``: each GPU's latest readings and the ended history
+  buckets, one multi-row statement each.
+
+Monitor instances share heartbeats as a queue group; each writes what it heard, and the
+statements merge (liveness is "latest wins", history buckets add up).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from services.monitor.health import HealthRules, suspicious
+from services.monitor.history import HistoryAggregator
+from services.monitor.repository import (
+    HistoryRow,
+    check_health,
+    gpu_owners,
+    inventory,
+    register_node,
+    touch_nodes,
+    write_history,
+    write_readings,
+)
+from services.monitor.settings import MonitorSettings
+from shared.db.pool import Database
+from shared.events import NodeTelemetry
+from shared.events.types import NodeTelemetryData
+
+log = logging.getLogger(__name__)
+HISTORY_BACKLOG_MAX = 500_000  # rows (about 2 minutes of a 5,000-node cluster)
+
+
+@dataclass
+class IngestCounters:
+    heartbeats: int = 0
+    samples: int = 0
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class _Registered:
+    inventory: tuple[tuple[int, str, str, int], ...]
+    expected_gpus: int
+
+
+class HeartbeatIngest:
+    def __init__(self, db: Database, rules: HealthRules, settings: MonitorSettings) -> None:
+        self._db = db
+        self._rules = rules
+        self.counters = IngestCounters()
+        self.history = HistoryAggregator(settings.history_resolution_s)
+        self._fresh: dict[str, NodeTelemetryData] = {}  # heard since the last flush
+        self._unwritten: dict[str, NodeTelemetryData] = {}  # readings not yet written
+        self._registered: dict[str, _Registered] = {}
+        self._health_due: dict[str, NodeTelemetryData] = {}
+        self._health_seen: dict[str, tuple[object, ...]] = {}
+        self._history_backlog: list[HistoryRow] = []
+
+    def receive(self, payload: bytes) -> None:
+        try:
+            data = NodeTelemetry.model_validate_json(payload).data
+        except ValidationError as exc:
+            self.counters.rejected += 1
+            if self.counters.rejected % 1000 == 1:  # say so, without flooding the log
+                log.warning("heartbeat rejected (%d so far): %s", self.counters.rejected, exc)
+            return
+        self.counters.heartbeats += 1
+        self.counters.samples += len(data.gpus)
+        self._fresh[data.node_id] = data
+        self._unwritten[data.node_id] = data
+        self.history.add(data, time.time())
+        known = self._registered.get(data.node_id)
+        fingerprint = suspicious(data.gpus, known.expected_gpus if known else 0)
+        if fingerprint != self._health_seen.get(data.node_id, ()):
+            self._health_due[data.node_id] = data
+
+    async def flush(self) -> None:
+        """Liveness, registrations and health checks for what was heard since last time."""
+        fresh, self._fresh = self._fresh, {}
+        health_due, self._health_due = self._health_due, {}
+        if not fresh and not health_due:
+            return
+        new = [d for d in fresh.values() if self._needs_registration(d)]
+        known = [d for d in fresh.values() if not self._needs_registration(d)]
+        registered: dict[str, _Registered] = {}
+        try:
+            async with self._db.transaction() as conn:
+                for data in new:
+                    expected = await register_node(conn, data)
+                    registered[data.node_id] = _Registered(inventory(data), expected)
+                if known:
+                    for node_id in await touch_nodes(conn, known):
+                        log.info("node %s is heard again; READY", node_id)
+                for data in health_due.values():
+                    findings = await check_health(conn, data, self._rules)
+                    for f in findings:
+                        log.warning("node %s: %s -> %s", data.node_id, f.detail, f.action)
+        except BaseException:
+            # Nothing was written: hear these again next time (newer heartbeats win).
+            self._fresh = {**fresh, **self._fresh}
+            self._health_due = {**health_due, **self._health_due}
+            raise
+        self._registered.update(registered)
+        for node_id, data in health_due.items():
+            expected = self._registered[node_id].expected_gpus if node_id in self._registered else 0
+            self._health_seen[node_id] = suspicious(data.gpus, expected)
+
+    def _needs_registration(self, data: NodeTelemetryData) -> bool:
+        known = self._registered.get(data.node_id)
+        return known is None or known.inventory != inventory(data)
+
+    async def write_readings(self) -> None:
+        """Each registered GPU's latest readings and the history buckets that ended."""
+        ready = {n: d for n, d in self._unwritten.items() if n in self._registered}
+        for node_id in ready:
+            del self._unwritten[node_id]
+        rows = self._history_backlog
+        self._history_backlog = []
+        try:
+            async with self._db.transaction() as conn:
+                rows += self.history.take_ended(time.time(), await gpu_owners(conn))
+                await write_readings(conn, list(ready.values()))
+                await write_history(conn, self.history.resolution_s, rows)
+        except BaseException:
+            self._unwritten = {**ready, **self._unwritten}
+            self._history_backlog = rows[-HISTORY_BACKLOG_MAX:]  # Postgres away: keep the latest
+            raise

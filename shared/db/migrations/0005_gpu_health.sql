@@ -1,0 +1,65 @@
+-- 0005 GPU health: full readings, drained nodes, health findings, downsampled history.
+--
+-- All monitor-owned (DESIGN.md §1). A node's liveness (`state`: READY / UNREACHABLE) and
+-- its drain are separate facts: a drained node may still be alive and running work, and
+-- an unreachable node stays drained when it returns. The scheduler places nothing on a
+-- drained node; when the drain `evicts`, it also preempts what runs there.
+
+ALTER TABLE monitor.gpus
+    ADD COLUMN memory_utilization_pct real,
+    ADD COLUMN power_w real,
+    ADD COLUMN sm_clock_mhz integer,
+    ADD COLUMN throttle_reasons text[],
+    ADD COLUMN ecc_corrected_volatile bigint,
+    ADD COLUMN ecc_uncorrected_volatile bigint,
+    ADD COLUMN remapped_rows_pending boolean,
+    ADD COLUMN remap_failure boolean,
+    ADD COLUMN last_xid integer,
+    ADD COLUMN xid_count integer NOT NULL DEFAULT 0,
+    ADD COLUMN lost boolean NOT NULL DEFAULT false,
+    ADD COLUMN unsupported text[] NOT NULL DEFAULT '{}';
+
+ALTER TABLE monitor.nodes
+    ADD COLUMN drained_at timestamptz,
+    ADD COLUMN drain_reason text,
+    ADD COLUMN drained_by text,
+    ADD COLUMN drain_evicts boolean NOT NULL DEFAULT false,
+    -- GPUs the node should have: the most it registered, reset when an admin undrains.
+    ADD COLUMN expected_gpus integer NOT NULL DEFAULT 0,
+    -- What the health rules already acted on: the exporter's boot and, per GPU, the
+    -- Xid and uncorrectable-ECC counts seen (so one Xid drains once, not every second).
+    ADD COLUMN health_marks jsonb NOT NULL DEFAULT '{}',
+    -- Lasting conditions an admin accepted by undraining ("3:gpu_lost"): not drained again.
+    ADD COLUMN health_waivers text[] NOT NULL DEFAULT '{}';
+
+CREATE TABLE monitor.health_events (
+    id bigserial PRIMARY KEY,
+    node_id text NOT NULL REFERENCES monitor.nodes (id),
+    at timestamptz NOT NULL DEFAULT now(),
+    -- a rule's finding, or an admin's drain / undrain
+    kind text NOT NULL CHECK (kind IN ('finding', 'drained', 'undrained')),
+    gpu_index integer,
+    condition text NOT NULL,
+    action text NOT NULL CHECK (action IN ('drain', 'evict', 'ignore', 'none')),
+    detail text NOT NULL,
+    actor text NOT NULL
+);
+CREATE INDEX health_events_by_node ON monitor.health_events (node_id, at DESC);
+
+-- One row per GPU per bucket, at two resolutions (10 s kept a day, 300 s a month).
+CREATE TABLE monitor.gpu_history (
+    resolution_s integer NOT NULL,
+    bucket timestamptz NOT NULL,
+    node_id text NOT NULL,
+    gpu_index integer NOT NULL,
+    job_id text,
+    samples integer NOT NULL,
+    utilization_avg real,
+    utilization_max real,
+    memory_used_mb_max integer,
+    temperature_max real,
+    power_avg real,
+    PRIMARY KEY (resolution_s, node_id, gpu_index, bucket)
+);
+CREATE INDEX gpu_history_by_job ON monitor.gpu_history (job_id, resolution_s, bucket) WHERE job_id IS NOT NULL;
+CREATE INDEX gpu_history_by_age ON monitor.gpu_history (resolution_s, bucket);
