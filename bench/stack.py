@@ -39,7 +39,11 @@ class BenchStack:
         pg_port = int(os.environ.get("BENCH_PG_PORT", "0")) or self._pg_port
         return LocalPostgres(self.home / "postgres", pg_port).url()
 
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self._nats_port}"
+
     _pg_port: int = 0
+    _nats_port: int = 0
 
 
 @contextmanager
@@ -49,13 +53,13 @@ def private_stack(
     """Start the stack; ``keep`` leaves its home (logs, data) behind for a post-mortem."""
     home = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     home.chmod(0o755)  # a root-started private Postgres runs as an unprivileged user
-    port, pg_port = free_port(), free_port()
+    port, pg_port, nats_port = free_port(), free_port(), free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")},
         "CORRAL_HOME": str(home),
         "CORRAL_PORT": str(port),
         "CORRAL_PG_PORT": str(pg_port),
-        "CORRAL_NATS_PORT": str(free_port()),
+        "CORRAL_NATS_PORT": str(nats_port),
         "CORRAL_SIMULATED_GPUS": str(gpus),
         "CORRAL_TELEMETRY_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         **(extra_env or {}),
@@ -64,6 +68,7 @@ def private_stack(
         process = subprocess.Popen([sys.executable, "-m", "corral", "up"], env=env, stdout=log, stderr=log)
     stack = BenchStack(home, port, process)
     stack._pg_port = pg_port
+    stack._nats_port = nats_port
     try:
         _wait_ready(stack)
         yield stack
