@@ -3,6 +3,7 @@ Postgres and NATS under a temporary ``CORRAL_HOME``, on free ports."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -85,14 +86,20 @@ def private_stack(
 
 
 def _wait_ready(stack: BenchStack, timeout_s: float = 90.0) -> None:
+    """Every service started answers /readyz (the API on its port, the others on theirs)."""
     deadline = time.monotonic() + timeout_s
+    ports_file = stack.home / "run" / "health-ports.json"
     while time.monotonic() < deadline:
         if stack.process.poll() is not None:
             raise RuntimeError(f"the stack exited: {(stack.home / 'supervisor.log').read_text()[-2000:]}")
         try:
-            if httpx.get(f"{stack.base_url}/readyz", timeout=2).status_code == 200:
+            ports = json.loads(ports_file.read_text()) if ports_file.exists() else {}
+            if ports and all(
+                httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+                for port in ports.values()
+            ):
                 return
-        except httpx.TransportError:
+        except (httpx.TransportError, json.JSONDecodeError):
             pass
         time.sleep(0.2)
     raise RuntimeError("the stack did not become ready")

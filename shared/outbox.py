@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -70,6 +71,37 @@ async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
         headers,
     )
     await conn.execute("SELECT pg_notify($1, '')", notify_channel(event.source))
+
+
+async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) -> None:
+    """``append`` for many (event, aggregate) pairs: one statement, one notification."""
+    if not events:
+        return
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.append_many must run inside the transaction of the state change")
+    traceparent = current_traceparent()
+    rows = []
+    for event, aggregate in events:
+        parent = event.traceparent or traceparent
+        if parent and event.traceparent is None:
+            event = event.model_copy(update={"traceparent": parent})
+        rows.append(
+            (
+                event.id,
+                event.nats_subject,
+                aggregate,
+                partition_of(aggregate),
+                event.model_dump_json().encode(),
+                {"traceparent": parent} if parent else {},
+            )
+        )
+    await conn.executemany(
+        """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+           VALUES ($1, $2, $3, $4, $5, $6)""",
+        rows,
+    )
+    for source in {event.source for event, _ in events}:
+        await conn.execute("SELECT pg_notify($1, '')", notify_channel(source))
 
 
 class OutboxRelay:

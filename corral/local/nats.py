@@ -36,10 +36,17 @@ class LocalNats:
 
     def start(self, *, log_file: Path | None = None, timeout_s: float = 15.0) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "nats.conf"
+        # A monitor that is briefly busy must not be cut off as a slow consumer while a
+        # whole cluster's heartbeats (megabytes a second) wait for it: 256 MiB of slack
+        # per connection instead of the default 64.
+        config.write_text("max_pending: 268435456\n")
         with child_output(log_file) as log:
             self.process = subprocess.Popen(
                 [
                     find_nats_server(),
+                    "--config",
+                    str(config),
                     "--jetstream",
                     "--store_dir",
                     str(self.directory),

@@ -48,6 +48,8 @@ class StackConfig:
     simulated_gpus: int = 8
     node_id: str = "local"
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Run only these services (all by default), e.g. a GPU machine that is only a node.
+    services: tuple[str, ...] = tuple(name for name, _ in SERVICES)
 
     @classmethod
     def from_environment(cls) -> StackConfig:
@@ -61,7 +63,17 @@ class StackConfig:
             nats_port=int(env.get("CORRAL_NATS_PORT", "4222")),
             simulated_gpus=int(env.get("CORRAL_SIMULATED_GPUS", "8")),
             node_id=env.get("CORRAL_NODE_ID", "local"),
+            services=_services(env.get("CORRAL_SERVICES", "")),
         )
+
+
+def _services(listed: str) -> tuple[str, ...]:
+    known = [name for name, _ in SERVICES]
+    wanted = tuple(name.strip() for name in listed.split(",") if name.strip())
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise SystemExit(f"CORRAL_SERVICES names unknown services {unknown}; choose from {', '.join(known)}")
+    return wanted or tuple(known)
 
 
 @dataclass
@@ -167,6 +179,8 @@ class Supervisor:
         service_logs.mkdir(parents=True, exist_ok=True)
         ports = {}
         for name, module in SERVICES:
+            if name not in self.config.services:
+                continue
             env = self.service_env(name, database_url, nats_url)
             ports[name] = int(env.get("CORRAL_HEALTH_PORT") or self.config.api_port)
             managed = ManagedProcess(name, module, env, service_logs / f"{name}.log", run_dir / f"{name}.pid")

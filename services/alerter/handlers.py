@@ -14,7 +14,9 @@ JOB_EVENTS = ConsumerConfig(
     stream=JOBS.name, durable="alerter-jobs", filter_subjects=("corral.job.failed.>",)
 )
 NODE_EVENTS = ConsumerConfig(
-    stream=NODES.name, durable="alerter-nodes", filter_subjects=("corral.node.unreachable.>",)
+    stream=NODES.name,
+    durable="alerter-nodes",
+    filter_subjects=("corral.node.unreachable.>", "corral.node.drained.>"),
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.events import Event, JobFailed, NodeUnreachable
+from shared.events import Event, JobFailed, NodeDrained, NodeUnreachable
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,15 @@ def draft_for(event: Event) -> AlertDraft | None:
                 severity="critical",
                 summary=(f"node {data.node_id} sent no heartbeat for {data.last_heartbeat_age_s:.0f}s"),
                 labels={"node": data.node_id},
+            )
+        case NodeDrained(data=data) if data.drained_by == "monitor":
+            # A health rule drained it (an admin's own drain needs no page).
+            return AlertDraft(
+                rule="GpuUnhealthy",
+                fingerprint=f"GpuUnhealthy/{data.node_id}",
+                severity="critical" if data.evict else "warning",
+                summary=f"node {data.node_id} drained: {data.reason}",
+                labels={"node": data.node_id, "evict": str(data.evict).lower()},
             )
         case _:
             return None

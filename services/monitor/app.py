@@ -22,10 +22,13 @@ HEARTBEAT_SUBJECT = "corral.metrics.node.>"
 HEARTBEAT_QUEUE = "monitor"
 
 
-async def check_liveness(db: Database, timeout_s: float, started: float) -> None:
+async def check_liveness(db: Database, timeout_s: float, started: float, ingest: HeartbeatIngest) -> None:
     # Heartbeats sent while this monitor was down were not heard (core NATS): give the
     # nodes one timeout to be heard again before declaring any of them silent.
     if time.monotonic() - started < timeout_s:
+        return
+    if ingest.is_behind(timeout_s / 3):
+        log.warning("heartbeats are waiting to be written; no node is judged silent meanwhile")
         return
     async with db.transaction() as conn:
         marked = await mark_silent_nodes_unreachable(conn, timeout_s)
@@ -67,7 +70,7 @@ async def serve(settings: Settings) -> None:
             tg.create_task(
                 every(
                     config.liveness_interval_s,
-                    lambda: check_liveness(res.db, config.heartbeat_timeout_s, started),
+                    lambda: check_liveness(res.db, config.heartbeat_timeout_s, started, ingest),
                     "liveness check",
                 ),
                 name="liveness",

@@ -8,29 +8,26 @@ holds e.g. 10 s buckets for a day and 5 min buckets for a month.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from services.monitor.repository import HistoryRow
 from shared.events.types import NodeTelemetryData
 
 
-@dataclass
 class _Bucket:
-    samples: int = 0
-    utilization_sum: float = 0.0
-    utilization_n: int = 0
-    utilization_max: float | None = None
-    memory_used_max: int | None = None
-    temperature_max: float | None = None
-    power_sum: float = 0.0
-    power_n: int = 0
+    """Running sums of one GPU's bucket (a plain class with slots: this is the hot path)."""
 
+    __slots__ = ("mem_max", "power_n", "power_sum", "samples", "temp_max", "util_max", "util_n", "util_sum")
 
-def _max(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else max(a, b)
+    def __init__(self) -> None:
+        self.samples = 0
+        self.util_sum = 0.0
+        self.util_n = 0
+        self.util_max: float | None = None
+        self.mem_max: int | None = None
+        self.temp_max: float | None = None
+        self.power_sum = 0.0
+        self.power_n = 0
 
 
 class HistoryAggregator:
@@ -40,23 +37,32 @@ class HistoryAggregator:
 
     def add(self, data: NodeTelemetryData, at_s: float) -> None:
         start = int(at_s // self.resolution_s) * self.resolution_s
+        node_id = data.node_id
+        buckets = self._buckets
         for gpu in data.gpus:
             if gpu.lost:
                 continue
-            bucket = self._buckets.get((start, data.node_id, gpu.index))
-            if bucket is None:
-                bucket = self._buckets[(start, data.node_id, gpu.index)] = _Bucket()
-            bucket.samples += 1
-            if gpu.utilization_pct is not None:
-                bucket.utilization_sum += gpu.utilization_pct
-                bucket.utilization_n += 1
-                bucket.utilization_max = _max(bucket.utilization_max, gpu.utilization_pct)
-            if gpu.memory_used_mb is not None:
-                bucket.memory_used_max = max(bucket.memory_used_max or 0, gpu.memory_used_mb)
-            bucket.temperature_max = _max(bucket.temperature_max, gpu.temperature_c)
-            if gpu.power_w is not None:
-                bucket.power_sum += gpu.power_w
-                bucket.power_n += 1
+            key = (start, node_id, gpu.index)
+            b = buckets.get(key)
+            if b is None:
+                b = buckets[key] = _Bucket()
+            b.samples += 1
+            util = gpu.utilization_pct
+            if util is not None:
+                b.util_sum += util
+                b.util_n += 1
+                if b.util_max is None or util > b.util_max:
+                    b.util_max = util
+            mem = gpu.memory_used_mb
+            if mem is not None and (b.mem_max is None or mem > b.mem_max):
+                b.mem_max = mem
+            temp = gpu.temperature_c
+            if temp is not None and (b.temp_max is None or temp > b.temp_max):
+                b.temp_max = temp
+            power = gpu.power_w
+            if power is not None:
+                b.power_sum += power
+                b.power_n += 1
 
     def take_ended(self, now_s: float, owners: dict[tuple[str, int], tuple[str, str]]) -> list[HistoryRow]:
         """Remove and return the buckets that ended before ``now_s``, with their job."""
@@ -74,10 +80,10 @@ class HistoryAggregator:
                     gpu_index=index,
                     job_id=owner[0] if owner else None,
                     samples=b.samples,
-                    utilization_avg=b.utilization_sum / b.utilization_n if b.utilization_n else None,
-                    utilization_max=b.utilization_max,
-                    memory_used_mb_max=b.memory_used_max,
-                    temperature_max=b.temperature_max,
+                    utilization_avg=b.util_sum / b.util_n if b.util_n else None,
+                    utilization_max=b.util_max,
+                    memory_used_mb_max=b.mem_max,
+                    temperature_max=b.temp_max,
                     power_avg=b.power_sum / b.power_n if b.power_n else None,
                 )
             )

@@ -4,9 +4,10 @@ A 5,000-node cluster sends 5,000 heartbeats a second; one transaction each would
 more than Postgres on a small machine can take. So a heartbeat only updates memory
 (``receive`` is synchronous and cheap), and writes go out in batches:
 
-- every ``flush_interval_s``: liveness of every node heard from (one statement), the
-  registration of nodes that are new or whose GPUs changed, and the health rules for
-  the few nodes whose GPUs report trouble (``health.suspicious`` tells, in memory);
+- every ``flush_interval_s`` (1 s): the registration of nodes that are new or whose
+  GPUs changed, and the health rules for the few nodes whose GPUs report trouble
+  (``health.suspicious`` tells, in memory) — so a dead GPU drains its node in seconds;
+- every ``touch_interval_s`` (5 s): the liveness of every node heard (one statement);
 - every ``readings_interval_s``: each GPU's latest readings and the ended history
   buckets, one multi-row statement each.
 
@@ -29,7 +30,7 @@ from services.monitor.repository import (
     check_health,
     gpu_owners,
     inventory,
-    register_node,
+    register_nodes,
     touch_nodes,
     write_history,
     write_readings,
@@ -40,6 +41,8 @@ from shared.events import NodeTelemetry
 from shared.events.types import NodeTelemetryData
 
 log = logging.getLogger(__name__)
+REGISTER_PER_FLUSH = 1000
+SLOW_S = 1.0  # a batch write slower than this is worth a warning
 HISTORY_BACKLOG_MAX = 500_000  # rows (about 2 minutes of a 5,000-node cluster)
 
 
@@ -68,6 +71,15 @@ class HeartbeatIngest:
         self._health_due: dict[str, NodeTelemetryData] = {}
         self._health_seen: dict[str, tuple[object, ...]] = {}
         self._history_backlog: list[HistoryRow] = []
+        self._untouched: dict[str, NodeTelemetryData] = {}  # heard, liveness not yet written
+        self._touch_interval_s = min(settings.touch_interval_s, settings.heartbeat_timeout_s / 3)
+        self._last_touch = 0.0
+        self.last_flush = time.monotonic()  # when what was heard last reached Postgres
+
+    def is_behind(self, limit_s: float) -> bool:
+        """True when heard heartbeats have waited over ``limit_s`` to reach Postgres: a
+        monitor that is behind must not declare the nodes it has not written silent."""
+        return time.monotonic() - self.last_flush > limit_s
 
     def receive(self, payload: bytes) -> None:
         try:
@@ -88,32 +100,44 @@ class HeartbeatIngest:
             self._health_due[data.node_id] = data
 
     async def flush(self) -> None:
-        """Liveness, registrations and health checks for what was heard since last time."""
+        """Registrations and health checks for what was heard since last time, and every
+        ``touch_interval_s`` the liveness of every node heard since the last touch."""
         fresh, self._fresh = self._fresh, {}
-        health_due, self._health_due = self._health_due, {}
-        if not fresh and not health_due:
-            return
         new = [d for d in fresh.values() if self._needs_registration(d)]
-        known = [d for d in fresh.values() if not self._needs_registration(d)]
+        if len(new) > REGISTER_PER_FLUSH:
+            # A whole cluster appearing at once (a monitor start): register it in slices,
+            # so no flush holds the event loop (and the heartbeats) for long.
+            for data in new[REGISTER_PER_FLUSH:]:
+                self._fresh[data.node_id] = data
+            new = new[:REGISTER_PER_FLUSH]
+        new_ids = {d.node_id for d in new}
+        self._untouched.update((n, d) for n, d in fresh.items() if n not in new_ids and n not in self._fresh)
+        touch = time.monotonic() - self._last_touch >= self._touch_interval_s
+        untouched, self._untouched = (self._untouched, {}) if touch else ({}, self._untouched)
+        health_due, self._health_due = self._health_due, {}
+        started = time.monotonic()
         registered: dict[str, _Registered] = {}
         try:
             async with self._db.transaction() as conn:
-                for data in new:
-                    expected = await register_node(conn, data)
-                    registered[data.node_id] = _Registered(inventory(data), expected)
-                if known:
-                    for node_id in await touch_nodes(conn, known):
-                        log.info("node %s is heard again; READY", node_id)
+                for node_id, expected in (await register_nodes(conn, new)).items():
+                    registered[node_id] = _Registered(inventory(fresh[node_id]), expected)
+                for node_id in await touch_nodes(conn, list(untouched.values())):
+                    log.info("node %s is heard again; READY", node_id)
                 for data in health_due.values():
-                    findings = await check_health(conn, data, self._rules)
-                    for f in findings:
+                    for f in await check_health(conn, data, self._rules):
                         log.warning("node %s: %s -> %s", data.node_id, f.detail, f.action)
         except BaseException:
             # Nothing was written: hear these again next time (newer heartbeats win).
-            self._fresh = {**fresh, **self._fresh}
+            self._fresh = {**{d.node_id: d for d in new}, **self._fresh}
+            self._untouched = {**untouched, **self._untouched}
             self._health_due = {**health_due, **self._health_due}
             raise
         self._registered.update(registered)
+        now = time.monotonic()
+        self.last_flush = now
+        if touch:
+            self._last_touch = now
+        _say_if_slow("heartbeat flush", started, f"{len(new)} registered, {len(untouched)} touched")
         for node_id, data in health_due.items():
             expected = self._registered[node_id].expected_gpus if node_id in self._registered else 0
             self._health_seen[node_id] = suspicious(data.gpus, expected)
@@ -127,6 +151,7 @@ class HeartbeatIngest:
         ready = {n: d for n, d in self._unwritten.items() if n in self._registered}
         for node_id in ready:
             del self._unwritten[node_id]
+        started = time.monotonic()
         rows = self._history_backlog
         self._history_backlog = []
         try:
@@ -138,3 +163,10 @@ class HeartbeatIngest:
             self._unwritten = {**ready, **self._unwritten}
             self._history_backlog = rows[-HISTORY_BACKLOG_MAX:]  # Postgres away: keep the latest
             raise
+        _say_if_slow("readings write", started, f"{len(ready)} nodes, {len(rows)} history rows")
+
+
+def _say_if_slow(what: str, started: float, detail: str) -> None:
+    took = time.monotonic() - started
+    if took > SLOW_S:
+        log.warning("%s took %.2f s (%s): this monitor is near its capacity", what, took, detail)

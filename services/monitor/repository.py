@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +22,7 @@ from shared.events.types import (
     NodeUndrainedData,
     NodeUnreachableData,
 )
-from shared.outbox import append
+from shared.outbox import append, append_many
 
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/monitor"
@@ -31,43 +32,54 @@ def inventory(data: NodeTelemetryData) -> tuple[tuple[int, str, str, int], ...]:
     return tuple((g.index, g.uuid, g.model, g.memory_total_mb) for g in data.gpus)
 
 
-async def _announce_registered(conn: Connection, data: NodeTelemetryData) -> None:
+def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
     gpus = [GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t) for i, u, m, t in inventory(data)]
-    event = NodeRegistered(
+    return NodeRegistered(
         source=SOURCE,
         subject=data.node_id,
         data=NodeRegisteredData(
             node_id=data.node_id, hostname=data.hostname, simulated=data.simulated, gpus=gpus
         ),
     )
-    await append(conn, event, aggregate=data.node_id)
 
 
-async def register_node(conn: Connection, data: NodeTelemetryData) -> int:
-    """Store a node first heard of (or whose inventory changed); announce it when new,
-    back, or changed. Returns the GPUs it is expected to have."""
-    previous = await conn.fetchrow(SQL.node_state, data.node_id)
-    inventory_before = tuple(tuple(r) for r in await conn.fetch(SQL.gpu_inventory, data.node_id))
-    row = await conn.fetchrow(
-        SQL.upsert_node, data.node_id, data.hostname, data.simulated, len(data.gpus), data.address
+async def register_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> dict[str, int]:
+    """Store nodes new to this monitor (or whose GPUs changed), all in a few statements;
+    announce the ones that are new, back, or changed. Returns each node's expected GPUs."""
+    if not heartbeats:
+        return {}
+    by_id = {h.node_id: h for h in heartbeats}
+    ids = sorted(by_id)
+    before: dict[str, list[tuple[int, str, str, int]]] = {}
+    for r in await conn.fetch(SQL.gpu_inventories, ids):
+        before.setdefault(r["node_id"], []).append((r["index"], r["uuid"], r["model"], r["memory_total_mb"]))
+    rows = await conn.fetch(
+        SQL.register_nodes,
+        ids,
+        [by_id[i].hostname for i in ids],
+        [by_id[i].simulated for i in ids],
+        [len(by_id[i].gpus) for i in ids],
+        [by_id[i].address for i in ids],
     )
-    assert row is not None  # an upsert always returns its row
-    await write_readings(conn, [data])
-    await conn.execute(SQL.delete_gpus_above, data.node_id, len(data.gpus))
-    if previous is None or previous["state"] != "READY" or inventory_before != inventory(data):
-        await _announce_registered(conn, data)
-    return int(row["expected_gpus"])
+    await write_inventory(conn, [by_id[i] for i in ids])
+    await write_readings(conn, [by_id[i] for i in ids])
+    await conn.execute(SQL.delete_gpus_beyond, ids, [len(by_id[i].gpus) for i in ids])
+    announce = [
+        by_id[r["id"]]
+        for r in rows
+        if r["previous_state"] != "READY" or tuple(before.get(r["id"], ())) != inventory(by_id[r["id"]])
+    ]
+    await append_many(conn, [(_registered_event(d), d.node_id) for d in announce])
+    return {r["id"]: int(r["expected_gpus"]) for r in rows}
 
 
 async def touch_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> list[str]:
     """Liveness for many known nodes in one statement; nodes back from UNREACHABLE are
     announced again. Returns the ids of the nodes that came back."""
     by_id = {h.node_id: h for h in heartbeats}
-    back = []
-    for row in await conn.fetch(SQL.touch_nodes, sorted(by_id)):
-        if row["previous_state"] == "UNREACHABLE":
-            await _announce_registered(conn, by_id[row["id"]])
-            back.append(row["id"])
+    rows = await conn.fetch(SQL.touch_nodes, sorted(by_id))
+    back = [row["id"] for row in rows if row["previous_state"] == "UNREACHABLE"]
+    await append_many(conn, [(_registered_event(by_id[node_id]), node_id) for node_id in back])
     return back
 
 
@@ -75,18 +87,29 @@ def _csv(values: Iterable[str] | None) -> str | None:
     return None if values is None else ",".join(values)
 
 
+async def write_inventory(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
+    gpus = [(h.node_id, g) for h in heartbeats for g in h.gpus]
+    await conn.execute(
+        SQL.upsert_inventory,
+        [n for n, _ in gpus],
+        [g.index for _, g in gpus],
+        [g.uuid for _, g in gpus],
+        [g.model for _, g in gpus],
+        [g.memory_total_mb for _, g in gpus],
+    )
+
+
 async def write_readings(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
     rows = [(h.node_id, g) for h in heartbeats for g in h.gpus]
     if not rows:
         return
-    columns: list[list[object]] = [[] for _ in range(20)]
-    for node_id, g in rows:
+    columns: list[list[object]] = [[] for _ in range(17)]
+    for n, (node_id, g) in enumerate(rows):
+        if n % 2000 == 1999:
+            await asyncio.sleep(0)  # tens of thousands of rows: let the heartbeats in meanwhile
         values = (
             node_id,
             g.index,
-            g.uuid,
-            g.model,
-            g.memory_total_mb,
             g.utilization_pct,
             g.memory_used_mb,
             g.temperature_c,
@@ -105,20 +128,24 @@ async def write_readings(conn: Connection, heartbeats: Sequence[NodeTelemetryDat
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
-    await conn.execute(SQL.upsert_gpus, *columns)
+    await conn.execute(SQL.upsert_readings, *columns)
 
 
 async def mark_silent_nodes_unreachable(conn: Connection, timeout_s: float) -> list[str]:
-    marked = []
-    for row in await conn.fetch(SQL.mark_unreachable, timeout_s):
-        event = NodeUnreachable(
-            source=SOURCE,
-            subject=row["id"],
-            data=NodeUnreachableData(node_id=row["id"], last_heartbeat_age_s=row["age_s"]),
+    rows = await conn.fetch(SQL.mark_unreachable, timeout_s)
+    events = [
+        (
+            NodeUnreachable(
+                source=SOURCE,
+                subject=row["id"],
+                data=NodeUnreachableData(node_id=row["id"], last_heartbeat_age_s=row["age_s"]),
+            ),
+            row["id"],
         )
-        await append(conn, event, aggregate=row["id"])
-        marked.append(row["id"])
-    return marked
+        for row in rows
+    ]
+    await append_many(conn, events)
+    return [row["id"] for row in rows]
 
 
 # --- health and drains ---------------------------------------------------------------

@@ -24,9 +24,11 @@ class MonitorSettings(BaseSettings):
     # A node whose last heartbeat is older than this is declared UNREACHABLE.
     heartbeat_timeout_s: float = Field(default=15.0, gt=0)
     liveness_interval_s: float = Field(default=2.0, gt=0)
-    # Heartbeats are batched: liveness and health are written every flush, the GPUs'
-    # latest readings and history buckets every readings interval.
+    # Heartbeats are batched (see ingest.py): registrations and health every flush,
+    # liveness every touch interval, readings and history every readings interval.
     flush_interval_s: float = Field(default=1.0, gt=0)
+    # Liveness (last_heartbeat) is written this often, at most a third of the timeout.
+    touch_interval_s: float = Field(default=5.0, gt=0)
     readings_interval_s: float = Field(default=10.0, gt=0)
     history_resolution_s: int = Field(default=10, ge=1)
     history_coarse_s: int = Field(default=300, ge=1)

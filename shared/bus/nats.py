@@ -86,9 +86,13 @@ class NatsSubscription:
         return [NatsDelivery(msg) for msg in msgs]
 
 
+YIELD_EVERY = 100  # listener messages handled between two turns of the event loop
+
+
 class NatsBus:
-    def __init__(self, nc: Client, settings: NatsSettings) -> None:
+    def __init__(self, nc: Client, settings: NatsSettings, name: str = "corral") -> None:
         self.nc = nc
+        self.name = name
         self.js = nc.jetstream()
         self._settings = settings
 
@@ -111,7 +115,7 @@ class NatsBus:
             )
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             raise TransientError(f"cannot reach NATS at {settings.url}: {exc!r}") from exc
-        return cls(nc, settings)
+        return cls(nc, settings, name)
 
     async def ensure_streams(self) -> None:
         for spec in STREAMS:
@@ -122,7 +126,7 @@ class NatsBus:
             name=spec.name,
             subjects=list(spec.subjects),
             retention=api.RetentionPolicy.LIMITS,
-            storage=api.StorageType.FILE,
+            storage=api.StorageType.MEMORY if spec.in_memory else api.StorageType.FILE,
             max_age=spec.max_age_s,
             max_bytes=spec.max_bytes,
             discard=api.DiscardPolicy.NEW if spec.discard_new else api.DiscardPolicy.OLD,
@@ -137,7 +141,14 @@ class NatsBus:
                 return
             except nats.js.errors.BadRequestError:
                 pass  # created by a service starting at the same moment; update below
-        await self.js.update_stream(config)
+        try:
+            await self.js.update_stream(config)
+        except nats.js.errors.BadRequestError:
+            if not spec.in_memory:
+                raise
+            # e.g. a storage type changed by an upgrade: a metrics stream is disposable.
+            await self.js.delete_stream(spec.name)
+            await self.js.add_stream(config)
 
     async def publish(
         self, subject: str, payload: bytes, *, msg_id: str, headers: dict[str, str] | None = None
@@ -171,21 +182,33 @@ class NatsBus:
         through ``subscribe`` and its durable, acknowledged consumers instead.
         """
 
-        async def deliver(msg: Msg) -> None:
-            handle(msg.data)
+        delivered = 0
 
-        sub = await self.nc.subscribe(
-            subject,
-            queue=queue,
-            cb=deliver,
-            pending_msgs_limit=200_000,
-            pending_bytes_limit=512 * 1024 * 1024,
-        )
+        async def deliver(msg: Msg) -> None:
+            nonlocal delivered
+            handle(msg.data)
+            delivered += 1
+            # nats-py calls us back-to-back while messages are queued, without ever
+            # suspending: under a backlog that starves every other task of the process,
+            # the socket reader included, until the server cuts us off as a slow consumer.
+            if delivered % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+
+        # A connection of its own: a flood of metrics must not queue the JetStream acks
+        # and lifecycle deliveries of the main connection behind it (and if the server
+        # cuts a slow listener off, only this connection goes, and it reconnects).
+        listener = await NatsBus.connect(self._settings, name=f"{self.name}-{queue}-listener")
         try:
+            await listener.nc.subscribe(
+                subject,
+                queue=queue,
+                cb=deliver,
+                pending_msgs_limit=200_000,
+                pending_bytes_limit=512 * 1024 * 1024,
+            )
             await asyncio.Event().wait()
         finally:
-            if not self.nc.is_closed:
-                await sub.unsubscribe()
+            await listener.close()
 
     async def close(self) -> None:
         # close, not drain: publishes were already acknowledged one by one, and an

@@ -141,17 +141,13 @@ CREATE TABLE monitor.gpu_history (
     temperature_max real,
     power_avg real
 );
-CREATE TABLE monitor.gpus (
+CREATE UNLOGGED TABLE monitor.gpu_readings (
     node_id text NOT NULL,
     index integer NOT NULL,
-    uuid text NOT NULL,
-    model text NOT NULL,
-    memory_total_mb integer NOT NULL,
     utilization_pct real,
+    memory_utilization_pct real,
     memory_used_mb integer,
     temperature_c real,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    memory_utilization_pct real,
     power_w real,
     sm_clock_mhz integer,
     throttle_reasons text[],
@@ -162,7 +158,17 @@ CREATE TABLE monitor.gpus (
     last_xid integer,
     xid_count integer DEFAULT 0 NOT NULL,
     lost boolean DEFAULT false NOT NULL,
-    unsupported text[] DEFAULT '{}'::text[] NOT NULL
+    unsupported text[] DEFAULT '{}'::text[] NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+)
+WITH (fillfactor='50');
+CREATE TABLE monitor.gpus (
+    node_id text NOT NULL,
+    index integer NOT NULL,
+    uuid text NOT NULL,
+    model text NOT NULL,
+    memory_total_mb integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
 CREATE TABLE monitor.health_events (
     id bigint NOT NULL,
@@ -248,6 +254,8 @@ ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY monitor.gpu_history
     ADD CONSTRAINT gpu_history_pkey PRIMARY KEY (resolution_s, node_id, gpu_index, bucket);
+ALTER TABLE ONLY monitor.gpu_readings
+    ADD CONSTRAINT gpu_readings_pkey PRIMARY KEY (node_id, index);
 ALTER TABLE ONLY monitor.gpus
     ADD CONSTRAINT gpus_pkey PRIMARY KEY (node_id, index);
 ALTER TABLE ONLY monitor.health_events

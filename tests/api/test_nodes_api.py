@@ -8,7 +8,7 @@ import httpx
 
 from services.api.auth import hash_token
 from services.api.repository import ApiRepository
-from services.monitor.repository import HistoryRow, register_node, write_history
+from services.monitor.repository import HistoryRow, register_nodes, write_history
 from shared.db.pool import Database
 from shared.events.types import GpuSample, NodeTelemetryData
 
@@ -25,7 +25,7 @@ async def _node(db: Database, node_id: str = "gpu-node-1") -> None:
     ]
     data = NodeTelemetryData(node_id=node_id, hostname="h1", simulated=True, interval_s=1.0, gpus=gpus)
     async with db.transaction() as conn:
-        await register_node(conn, data)
+        await register_nodes(conn, [data])
 
 
 async def _user_client(client: httpx.AsyncClient, db: Database) -> httpx.AsyncClient:

@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+import asyncpg
 import httpx
 
 from tests.e2e.stack import HOLD, Stack, submit, wait_state
@@ -26,6 +27,22 @@ async def _node(http: httpx.AsyncClient, until: str, timeout_s: float = 20.0) ->
             return node
         await asyncio.sleep(0.1)
     raise AssertionError(f"node never satisfied {until}: {node}")
+
+
+async def _alert(stack: Stack, rule: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    conn = await asyncpg.connect(stack.env["CORRAL_DATABASE_URL"])
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            row = await conn.fetchrow(
+                "SELECT severity, summary, state FROM alerter.alerts WHERE rule = $1", rule
+            )
+            if row is not None:
+                return dict(row)
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+    raise AssertionError(f"no {rule} alert within {timeout_s}s")
 
 
 async def _health_events(http: httpx.AsyncClient, node_id: str) -> list[dict[str, Any]]:
@@ -79,6 +96,9 @@ async def test_a_gpu_falling_off_the_bus_drains_the_node_and_moves_its_job(stack
 
         events = await _health_events(http, node_id)
         assert any(e["condition"] == "xid 79" and e["action"] == "evict" for e in events), events
+        alert = await _alert(stack, "GpuUnhealthy")
+        assert alert["severity"] == "critical"
+        assert "Xid 79" in alert["summary"]
 
         # An admin undrains it (the hardware was "repaired"): both jobs run.
         (stack.home / "gpu-faults.yaml").write_text("")
@@ -119,6 +139,11 @@ async def test_application_xids_do_not_drain_and_an_admin_drain_lets_work_finish
         assert node["drain_reason"] == "BIOS update"
         assert node["drained_by"] == "admin"
         assert node["drain_evicts"] is False
+        conn = await asyncpg.connect(stack.env["CORRAL_DATABASE_URL"])
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM alerter.alerts WHERE rule = 'GpuUnhealthy'") == 0
+        finally:
+            await conn.close()
         queued = await submit(http, "echo later")
         await asyncio.sleep(2.0)
         assert (await http.get(f"/api/v1/jobs/{queued}")).json()["state"] == "PENDING"

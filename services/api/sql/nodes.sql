@@ -1,7 +1,7 @@
 -- name: list_nodes
 SELECT n.id, n.hostname, n.simulated, n.state, n.gpu_count, n.expected_gpus, n.last_heartbeat,
        n.drained_at, n.drain_reason, n.drained_by, n.drain_evicts,
-       (SELECT count(*) FROM monitor.gpus g WHERE g.node_id = n.id AND g.lost) AS lost_gpus,
+       (SELECT count(*) FROM monitor.gpu_readings r WHERE r.node_id = n.id AND r.lost) AS lost_gpus,
        (SELECT coalesce(sum(cardinality(a.gpu_indices)), 0) FROM launcher.attempts a
         WHERE a.node_id = n.id AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')) AS gpus_in_use
 FROM monitor.nodes n
@@ -10,8 +10,13 @@ ORDER BY n.id;
 
 -- name: list_gpus
 -- Every GPU's latest readings and who uses it.
-SELECT g.*, o.job_id, o.task
+SELECT g.node_id, g.index, g.uuid, g.model, g.memory_total_mb, r.utilization_pct, r.memory_used_mb,
+       r.temperature_c, r.memory_utilization_pct, r.power_w, r.sm_clock_mhz, r.throttle_reasons,
+       r.ecc_corrected_volatile, r.ecc_uncorrected_volatile, r.remapped_rows_pending, r.remap_failure,
+       r.last_xid, coalesce(r.lost, false) AS lost, coalesce(r.unsupported, '{}') AS unsupported,
+       coalesce(r.updated_at, g.updated_at) AS updated_at, o.job_id, o.task
 FROM monitor.gpus g
+LEFT JOIN monitor.gpu_readings r ON r.node_id = g.node_id AND r.index = g.index
 LEFT JOIN LATERAL (
     SELECT a.job_id, a.task_role || '-' || a.task_index AS task
     FROM launcher.attempts a

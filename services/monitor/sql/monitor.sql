@@ -1,44 +1,68 @@
--- name: node_state
-SELECT state, expected_gpus FROM monitor.nodes WHERE id = $1 FOR UPDATE;
-
--- name: upsert_node
+-- name: register_nodes
+-- Many nodes at once (new to this monitor, or their GPUs changed); returns each node's
+-- state before (NULL: new) and the GPUs it is expected to have.
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[])
+                  AS r(id, hostname, simulated, gpu_count, address)
+), previous AS (
+    SELECT n.id, n.state FROM monitor.nodes n JOIN input USING (id) ORDER BY n.id FOR NO KEY UPDATE OF n
+)
 INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address,
                                  expected_gpus)
-VALUES ($1, $2, $3, 'READY', $4, now(), $5, $4)
+SELECT id, hostname, simulated, 'READY', gpu_count, now(), address, gpu_count FROM input ORDER BY id
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
     address = EXCLUDED.address,
     last_heartbeat = now(),
     expected_gpus = greatest(n.expected_gpus, EXCLUDED.gpu_count),
-    state = CASE WHEN n.state = 'UNREACHABLE' THEN 'READY' ELSE n.state END,
+    state = 'READY',
     state_changed_at = CASE WHEN n.state = 'UNREACHABLE' THEN now() ELSE n.state_changed_at END
-RETURNING state, expected_gpus;
+RETURNING n.id, n.expected_gpus, (SELECT p.state FROM previous p WHERE p.id = n.id) AS previous_state;
 
--- name: gpu_inventory
-SELECT index, uuid, model, memory_total_mb FROM monitor.gpus WHERE node_id = $1 ORDER BY index;
+-- name: gpu_inventories
+SELECT node_id, index, uuid, model, memory_total_mb
+FROM monitor.gpus WHERE node_id = ANY($1::text[]) ORDER BY node_id, index;
 
--- name: upsert_gpus
+-- name: delete_gpus_beyond
+-- GPUs a node no longer reports (it sent fewer than before), and their readings.
+WITH gone AS (
+    DELETE FROM monitor.gpus g
+    USING unnest($1::text[], $2::int[]) AS r(node_id, gpu_count)
+    WHERE g.node_id = r.node_id AND g.index >= r.gpu_count
+    RETURNING g.node_id, g.index
+)
+DELETE FROM monitor.gpu_readings x USING gone WHERE x.node_id = gone.node_id AND x.index = gone.index;
+
+-- name: upsert_inventory
+INSERT INTO monitor.gpus AS g (node_id, index, uuid, model, memory_total_mb, updated_at)
+SELECT r.node_id, r.index, r.uuid, r.model, r.memory_total_mb, now()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[])
+     AS r(node_id, index, uuid, model, memory_total_mb)
+ON CONFLICT (node_id, index) DO UPDATE
+SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, memory_total_mb = EXCLUDED.memory_total_mb,
+    updated_at = now();
+
+-- name: upsert_readings
 -- One row per GPU, all of a batch at once (arrays in GPU order).
-INSERT INTO monitor.gpus AS g (node_id, index, uuid, model, memory_total_mb, utilization_pct, memory_used_mb,
-                               temperature_c, memory_utilization_pct, power_w, sm_clock_mhz,
-                               throttle_reasons, ecc_corrected_volatile, ecc_uncorrected_volatile,
-                               remapped_rows_pending, remap_failure, last_xid, xid_count, lost,
-                               unsupported, updated_at)
-SELECT r.node_id, r.index, r.uuid, r.model, r.memory_total_mb, r.utilization_pct, r.memory_used_mb,
-       r.temperature_c, r.memory_utilization_pct, r.power_w, r.sm_clock_mhz,
+INSERT INTO monitor.gpu_readings AS g (node_id, index, utilization_pct, memory_used_mb, temperature_c,
+                                       memory_utilization_pct, power_w, sm_clock_mhz, throttle_reasons,
+                                       ecc_corrected_volatile, ecc_uncorrected_volatile,
+                                       remapped_rows_pending, remap_failure, last_xid, xid_count, lost,
+                                       unsupported, updated_at)
+SELECT r.node_id, r.index, r.utilization_pct, r.memory_used_mb, r.temperature_c, r.memory_utilization_pct,
+       r.power_w, r.sm_clock_mhz,
        CASE WHEN r.throttle_reasons IS NULL THEN NULL
             ELSE coalesce(string_to_array(nullif(r.throttle_reasons, ''), ','), '{}') END,
        r.ecc_corrected, r.ecc_uncorrected, r.remapped_rows_pending, r.remap_failure, r.last_xid,
        r.xid_count, r.lost, coalesce(string_to_array(nullif(r.unsupported, ''), ','), '{}'), now()
-FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[], $6::real[], $7::int[], $8::real[],
-            $9::real[], $10::real[], $11::int[], $12::text[], $13::bigint[], $14::bigint[], $15::bool[],
-            $16::bool[], $17::int[], $18::int[], $19::bool[], $20::text[])
-     AS r(node_id, index, uuid, model, memory_total_mb, utilization_pct, memory_used_mb, temperature_c,
-          memory_utilization_pct, power_w, sm_clock_mhz, throttle_reasons, ecc_corrected, ecc_uncorrected,
-          remapped_rows_pending, remap_failure, last_xid, xid_count, lost, unsupported)
+FROM unnest($1::text[], $2::int[], $3::real[], $4::int[], $5::real[], $6::real[], $7::real[], $8::int[],
+            $9::text[], $10::bigint[], $11::bigint[], $12::bool[], $13::bool[], $14::int[], $15::int[],
+            $16::bool[], $17::text[])
+     AS r(node_id, index, utilization_pct, memory_used_mb, temperature_c, memory_utilization_pct, power_w,
+          sm_clock_mhz, throttle_reasons, ecc_corrected, ecc_uncorrected, remapped_rows_pending,
+          remap_failure, last_xid, xid_count, lost, unsupported)
 ON CONFLICT (node_id, index) DO UPDATE
-SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, memory_total_mb = EXCLUDED.memory_total_mb,
-    utilization_pct = EXCLUDED.utilization_pct, memory_used_mb = EXCLUDED.memory_used_mb,
+SET utilization_pct = EXCLUDED.utilization_pct, memory_used_mb = EXCLUDED.memory_used_mb,
     temperature_c = EXCLUDED.temperature_c, memory_utilization_pct = EXCLUDED.memory_utilization_pct,
     power_w = EXCLUDED.power_w, sm_clock_mhz = EXCLUDED.sm_clock_mhz,
     throttle_reasons = EXCLUDED.throttle_reasons,
@@ -48,13 +72,12 @@ SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, memory_total_mb = EXCLUDED.mem
     last_xid = EXCLUDED.last_xid, xid_count = EXCLUDED.xid_count, lost = EXCLUDED.lost,
     unsupported = EXCLUDED.unsupported, updated_at = now();
 
--- name: delete_gpus_above
-DELETE FROM monitor.gpus WHERE node_id = $1 AND index >= $2;
-
 -- name: touch_nodes
 -- Liveness for many nodes in one statement; returns the ones that were UNREACHABLE (back now).
+-- (NO KEY UPDATE locks, here and below: they do not wait for the key-share locks that the
+-- readings write takes on nodes through monitor.gpus' foreign key.)
 WITH previous AS (
-    SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
+    SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE monitor.nodes n
 SET last_heartbeat = now(),
@@ -72,7 +95,7 @@ RETURNING id, extract(epoch FROM now() - last_heartbeat)::float8 AS age_s;
 
 -- name: node_health
 SELECT drained_at IS NOT NULL AS drained, drain_evicts, health_marks, health_waivers, expected_gpus
-FROM monitor.nodes WHERE id = $1 FOR UPDATE;
+FROM monitor.nodes WHERE id = $1 FOR NO KEY UPDATE;
 
 -- name: save_health_marks
 UPDATE monitor.nodes SET health_marks = $2 WHERE id = $1;
@@ -97,7 +120,9 @@ RETURNING id;
 SELECT gpu_count FROM monitor.nodes WHERE id = $1;
 
 -- name: current_gpus
-SELECT index, uuid, model, memory_total_mb, lost, remap_failure FROM monitor.gpus WHERE node_id = $1 ORDER BY index;
+SELECT g.index, g.uuid, g.model, g.memory_total_mb, coalesce(r.lost, false) AS lost, r.remap_failure
+FROM monitor.gpus g LEFT JOIN monitor.gpu_readings r USING (node_id, index)
+WHERE g.node_id = $1 ORDER BY g.index;
 
 -- name: insert_health_event
 INSERT INTO monitor.health_events (node_id, kind, gpu_index, condition, action, detail, actor)
@@ -156,10 +181,15 @@ DELETE FROM monitor.gpu_history WHERE resolution_s = $1 AND bucket < now() - mak
 
 -- name: latest_gpus
 -- Everything /metrics shows: each GPU's latest readings, its node, and who uses it.
-SELECT g.*, n.hostname, n.simulated, n.state AS node_state, n.drained_at IS NOT NULL AS drained,
+SELECT g.node_id, g.index, g.uuid, g.model, g.memory_total_mb, r.utilization_pct, r.memory_used_mb,
+       r.temperature_c, r.memory_utilization_pct, r.power_w, r.sm_clock_mhz, r.throttle_reasons,
+       r.ecc_corrected_volatile, r.ecc_uncorrected_volatile, r.remap_failure, r.last_xid,
+       coalesce(r.lost, false) AS lost,
+       n.hostname, n.simulated, n.state AS node_state, n.drained_at IS NOT NULL AS drained,
        o.job_id, o.task
 FROM monitor.gpus g
 JOIN monitor.nodes n ON n.id = g.node_id
+LEFT JOIN monitor.gpu_readings r ON r.node_id = g.node_id AND r.index = g.index
 LEFT JOIN LATERAL (
     SELECT a.job_id, a.task_role || '-' || a.task_index AS task
     FROM launcher.attempts a

@@ -12,7 +12,9 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
 SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
-LEFT JOIN monitor.gpus g ON g.node_id = n.id AND NOT g.lost
+LEFT JOIN monitor.gpus g
+    ON g.node_id = n.id
+   AND NOT EXISTS (SELECT 1 FROM monitor.gpu_readings r WHERE r.node_id = g.node_id AND r.index = g.index AND r.lost)
 WHERE n.state = 'READY' AND n.drained_at IS NULL
 GROUP BY n.id;
 

@@ -5,19 +5,36 @@
 -- an unreachable node stays drained when it returns. The scheduler places nothing on a
 -- drained node; when the drain `evicts`, it also preempts what runs there.
 
+-- monitor.gpus keeps the inventory (what registration says, rarely written); the latest
+-- readings move to a table of their own, rewritten every readings interval for every GPU
+-- of the cluster. UNLOGGED: no WAL for that churn; after a Postgres crash the table is
+-- empty until the next write, seconds later (its contents are a cache of heartbeats).
 ALTER TABLE monitor.gpus
-    ADD COLUMN memory_utilization_pct real,
-    ADD COLUMN power_w real,
-    ADD COLUMN sm_clock_mhz integer,
-    ADD COLUMN throttle_reasons text[],
-    ADD COLUMN ecc_corrected_volatile bigint,
-    ADD COLUMN ecc_uncorrected_volatile bigint,
-    ADD COLUMN remapped_rows_pending boolean,
-    ADD COLUMN remap_failure boolean,
-    ADD COLUMN last_xid integer,
-    ADD COLUMN xid_count integer NOT NULL DEFAULT 0,
-    ADD COLUMN lost boolean NOT NULL DEFAULT false,
-    ADD COLUMN unsupported text[] NOT NULL DEFAULT '{}';
+    DROP COLUMN utilization_pct,
+    DROP COLUMN memory_used_mb,
+    DROP COLUMN temperature_c;
+
+CREATE UNLOGGED TABLE monitor.gpu_readings (
+    node_id text NOT NULL,
+    index integer NOT NULL,
+    utilization_pct real,
+    memory_utilization_pct real,
+    memory_used_mb integer,
+    temperature_c real,
+    power_w real,
+    sm_clock_mhz integer,
+    throttle_reasons text[],
+    ecc_corrected_volatile bigint,
+    ecc_uncorrected_volatile bigint,
+    remapped_rows_pending boolean,
+    remap_failure boolean,
+    last_xid integer,
+    xid_count integer NOT NULL DEFAULT 0,
+    lost boolean NOT NULL DEFAULT false,
+    unsupported text[] NOT NULL DEFAULT '{}',
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (node_id, index)
+) WITH (fillfactor = 50);  -- room on each page, so the rewrites stay HOT updates
 
 ALTER TABLE monitor.nodes
     ADD COLUMN drained_at timestamptz,
