@@ -95,6 +95,14 @@ class Database:
         async with self.pool.acquire() as conn:
             return await conn.fetchrow(query, *args)
 
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        async with self.pool.acquire() as conn:
+            return await conn.fetchval(query, *args)
+
+    async def execute(self, query: str, *args: Any) -> str:
+        async with self.pool.acquire() as conn:
+            return await conn.execute(query, *args)
+
 
 async def connect(settings: DatabaseSettings, *, attempts: int = 30) -> Database:
     """Open the pool, waiting (up to ``attempts`` seconds) for Postgres to come up.
