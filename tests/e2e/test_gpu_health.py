@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -43,6 +46,19 @@ async def _alert(stack: Stack, rule: str, timeout_s: float = 10.0) -> dict[str, 
     finally:
         await conn.close()
     raise AssertionError(f"no {rule} alert within {timeout_s}s")
+
+
+def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``corral`` command as a user runs it, against this stack."""
+    env = {**os.environ, "CORRAL_URL": stack.base_url, "CORRAL_TOKEN": stack.token()}
+    return subprocess.run(  # our own CLI
+        [sys.executable, "-m", "corral", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 async def _health_events(http: httpx.AsyncClient, node_id: str) -> list[dict[str, Any]]:
@@ -100,6 +116,17 @@ async def test_a_gpu_falling_off_the_bus_drains_the_node_and_moves_its_job(stack
         assert alert["severity"] == "critical"
         assert "Xid 79" in alert["summary"]
 
+        nodes = await asyncio.to_thread(corral, stack, "nodes")
+        assert nodes.returncode == 0, nodes.stderr
+        assert "DRAINED (evict)" in nodes.stdout
+        assert "Xid 79" in nodes.stdout
+        gpus = await asyncio.to_thread(corral, stack, "gpus", "--node", node_id)
+        assert gpus.returncode == 0, gpus.stderr
+        lines = gpus.stdout.splitlines()
+        assert len(lines) == 8
+        assert "Xid 79" in lines[gpu]
+        assert "Simulated" in lines[0]
+
         # An admin undrains it (the hardware was "repaired"): both jobs run.
         (stack.home / "gpu-faults.yaml").write_text("")
         response = await http.post(f"/api/v1/nodes/{node_id}/undrain", json={"reason": "GPU reseated"})
@@ -133,8 +160,13 @@ async def test_application_xids_do_not_drain_and_an_admin_drain_lets_work_finish
         await asyncio.sleep(1.0)
         assert not (await http.get("/api/v1/nodes")).json()["items"][0]["drained"]
 
-        response = await http.post(f"/api/v1/nodes/{node_id}/drain", json={"reason": "BIOS update"})
-        assert response.status_code == 202
+        drained = await asyncio.to_thread(corral, stack, "drain", node_id, "--reason", "BIOS update")
+        assert drained.returncode == 0, drained.stderr
+        assert "drain requested" in drained.stdout
+        unknown = await asyncio.to_thread(corral, stack, "drain", "no-such-node")
+        assert unknown.returncode == 1
+        assert "404" in unknown.stderr
+        assert "no node 'no-such-node'" in unknown.stderr
         node = await _node(http, "node['drained']")
         assert node["drain_reason"] == "BIOS update"
         assert node["drained_by"] == "admin"
@@ -150,5 +182,5 @@ async def test_application_xids_do_not_drain_and_an_admin_drain_lets_work_finish
         stack.release(running)  # a plain drain lets running work finish where it is
         assert (await wait_state(http, running, ENDS))["state"] == "SUCCEEDED"
 
-        await http.post(f"/api/v1/nodes/{node_id}/undrain")
+        assert (await asyncio.to_thread(corral, stack, "undrain", node_id)).returncode == 0
         assert (await wait_state(http, queued, ENDS))["state"] == "SUCCEEDED"
