@@ -3,7 +3,8 @@
 ``corral up`` runs the whole stack on this machine (what ``make up`` calls);
 ``corral <service>`` runs one service in the foreground (``api``, ``scheduler``,
 ``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``); ``corral nodes``,
-``corral gpus``, ``corral drain NODE`` and ``corral undrain NODE`` talk to the API
+``corral gpus``, ``corral drain NODE``, ``corral undrain NODE``, ``corral alerts``,
+``corral ack ALERT`` and ``corral resolve ALERT`` talk to the API
 (``CORRAL_URL``, ``CORRAL_TOKEN`` or ``$CORRAL_HOME/admin-token``). The other user-facing
 commands (submit, jobs, logs, ...) arrive with the SDK/CLI issue.
 """
@@ -14,9 +15,11 @@ import argparse
 import runpy
 import sys
 
-from corral.commands import nodes
+from corral.commands import alerts, nodes
 from corral.commands.client import CommandError
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
+
+API_COMMANDS = (nodes, alerts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,17 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("up", help="run Corral on this machine (private NATS + Postgres)")
     for name, _ in SERVICES:
         commands.add_parser(name, help=f"run the {name} service in the foreground")
-    nodes.add_commands(commands)
+    for group in API_COMMANDS:
+        group.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "up":
         return Supervisor(StackConfig.from_environment()).run()
-    if args.command in nodes.COMMANDS:
-        try:
-            print(nodes.run(args))
-        except CommandError as exc:
-            print(f"corral {args.command}: {exc}", file=sys.stderr)
-            return 1
-        return 0
+    for group in API_COMMANDS:
+        if args.command in group.COMMANDS:
+            try:
+                print(group.run(args))
+            except CommandError as exc:
+                print(f"corral {args.command}: {exc}", file=sys.stderr)
+                return 1
+            return 0
     module = dict(SERVICES)[args.command]
     sys.argv = [module]
     runpy.run_module(module, run_name="__main__")

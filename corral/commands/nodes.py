@@ -18,7 +18,7 @@ def _age(stamp: str | None) -> str:
     return f"{seconds:.0f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
 
 
-def _table(headers: Sequence[str], rows: list[list[str]]) -> str:
+def table(headers: Sequence[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
@@ -40,7 +40,7 @@ def render_nodes(nodes: list[dict[str, Any]]) -> str:
         ]
         for n in nodes
     ]
-    return _table(["NODE", "STATE", "DRAIN", "GPUS USED", "LOST", "SOURCE", "HEARD", "REASON"], rows)
+    return table(["NODE", "STATE", "DRAIN", "GPUS USED", "LOST", "SOURCE", "HEARD", "REASON"], rows)
 
 
 def _value(value: object, unit: str, unsupported: bool) -> str:

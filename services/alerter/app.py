@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.alerter.handlers import JOB_EVENTS, NODE_EVENTS, AlerterHandlers
+from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
 from services.alerter.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.service import run_service, service_resources
@@ -15,7 +15,7 @@ async def serve(settings: Settings) -> None:
         handlers = AlerterHandlers(res.db)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
-            for config in (JOB_EVENTS, NODE_EVENTS):
+            for config in (JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
                 spec = ConsumerSpec(config, handlers.handle)
                 tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=config.durable)
 

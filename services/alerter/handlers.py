@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from services.alerter.repository import open_alert
-from services.alerter.rules import draft_for
+import logging
+
+from services.alerter.repository import acknowledge, open_alert, resolve, resolve_fingerprint
+from services.alerter.rules import draft_for, resolutions
 from shared.bus import ConsumerConfig
-from shared.bus.streams import JOBS, NODES
+from shared.bus.streams import ALERTS, JOBS, NODES
 from shared.db.pool import Database
-from shared.events import Event
+from shared.events import AlertActionRequested, Event
 from shared.idempotency import first_time
+
+log = logging.getLogger(__name__)
 
 JOB_EVENTS = ConsumerConfig(
     stream=JOBS.name, durable="alerter-jobs", filter_subjects=("corral.job.failed.>",)
@@ -16,7 +20,15 @@ JOB_EVENTS = ConsumerConfig(
 NODE_EVENTS = ConsumerConfig(
     stream=NODES.name,
     durable="alerter-nodes",
-    filter_subjects=("corral.node.unreachable.>", "corral.node.drained.>"),
+    filter_subjects=(
+        "corral.node.unreachable.>",
+        "corral.node.drained.>",
+        "corral.node.registered.>",
+        "corral.node.undrained.>",
+    ),
+)
+ALERT_ACTIONS = ConsumerConfig(
+    stream=ALERTS.name, durable="alerter-actions", filter_subjects=("corral.alert.action_requested.>",)
 )
 
 
@@ -26,8 +38,18 @@ class AlerterHandlers:
 
     async def handle(self, event: Event) -> None:
         draft = draft_for(event)
-        if draft is None:
+        ends = resolutions(event)
+        action = event.data if isinstance(event, AlertActionRequested) else None
+        if draft is None and not ends and action is None:
             return
         async with self._db.transaction() as conn:
-            if await first_time(conn, "alerter", event.id):
+            if not await first_time(conn, "alerter", event.id):
+                return
+            if draft is not None:
                 await open_alert(conn, draft)
+            for fingerprint, why in ends:
+                await resolve_fingerprint(conn, fingerprint, why)
+            if action is not None:
+                act = acknowledge if action.action == "acknowledge" else resolve
+                if not await act(conn, action.alert_id, action.by, action.note):
+                    log.info("alert %s: %s by %s changed nothing", action.alert_id, action.action, action.by)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from asyncpg import Record
+
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
-from shared.events import AlertFiring
-from shared.events.types import AlertFiringData
+from shared.events import AlertChanged, AlertFiring
+from shared.events.types import AlertChangedData, AlertFiringData
 from shared.ids import new_alert_id
 from shared.outbox import append
 
@@ -28,6 +30,7 @@ async def open_alert(conn: Connection, draft: AlertDraft) -> str | None:
     )
     if alert_id is None:
         return None
+    await conn.execute(SQL.record_transition, alert_id, None, "firing", "alerter", draft.summary)
     event = AlertFiring(
         source=SOURCE,
         subject=alert_id,
@@ -41,3 +44,44 @@ async def open_alert(conn: Connection, draft: AlertDraft) -> str | None:
     )
     await append(conn, event, aggregate=alert_id)
     return str(alert_id)
+
+
+async def _announce(conn: Connection, row: Record, state: str, by: str, note: str) -> None:
+    event = AlertChanged(
+        source=SOURCE,
+        subject=row["id"],
+        data=AlertChangedData(
+            alert_id=row["id"],
+            rule=row["rule"],
+            fingerprint=row["fingerprint"],
+            state=state,
+            by=by,
+            note=note,
+        ),
+    )
+    await append(conn, event, aggregate=row["id"])
+
+
+async def acknowledge(conn: Connection, alert_id: str, by: str, note: str) -> bool:
+    """ "I'm on it": only a firing alert; False if it was not firing (or does not exist)."""
+    row = await conn.fetchrow(SQL.acknowledge, alert_id, by)
+    if row is None:
+        return False
+    await conn.execute(SQL.record_transition, alert_id, "firing", "acknowledged", by, note)
+    await _announce(conn, row, "acknowledged", by, note)
+    return True
+
+
+async def resolve(conn: Connection, alert_id: str, by: str, note: str) -> bool:
+    row = await conn.fetchrow(SQL.resolve, alert_id, by)
+    if row is None:
+        return False
+    await conn.execute(SQL.record_transition, alert_id, row["previous_state"], "resolved", by, note)
+    await _announce(conn, row, "resolved", by, note)
+    return True
+
+
+async def resolve_fingerprint(conn: Connection, fingerprint: str, note: str) -> bool:
+    """The cause went away: resolve the open alert of that fingerprint, if any."""
+    alert_id = await conn.fetchval(SQL.open_alert_by_fingerprint, fingerprint)
+    return alert_id is not None and await resolve(conn, alert_id, "alerter", note)

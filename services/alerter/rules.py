@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.events import Event, JobFailed, NodeDrained, NodeUnreachable
+from shared.events import Event, JobFailed, NodeDrained, NodeRegistered, NodeUndrained, NodeUnreachable
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,14 @@ def draft_for(event: Event) -> AlertDraft | None:
             )
         case _:
             return None
+
+
+def resolutions(event: Event) -> list[tuple[str, str]]:
+    """The (fingerprint, why) of the alerts an event shows to be over."""
+    match event:
+        case NodeRegistered(data=data):
+            return [(f"NodeUnreachable/{data.node_id}", f"node {data.node_id} is heard again")]
+        case NodeUndrained(data=data):
+            return [(f"GpuUnhealthy/{data.node_id}", f"node {data.node_id} undrained by {data.undrained_by}")]
+        case _:
+            return []

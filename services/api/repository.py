@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from shared.db.pool import Database
 from shared.db.queries import Queries
 from shared.errors import Conflict, NotFound
-from shared.events import JobCancelled, JobCancelRequested, JobSubmitted, NodeDrainRequested
+from shared.events import (
+    AlertActionRequested,
+    JobCancelled,
+    JobCancelRequested,
+    JobSubmitted,
+    NodeDrainRequested,
+)
 from shared.events.types import (
+    AlertActionRequestedData,
     JobCancelRequestedData,
     JobEndedData,
     JobSubmittedData,
@@ -150,3 +157,27 @@ class ApiRepository:
         )
         async with self.db.transaction() as conn:
             await append(conn, event, aggregate=node_id)
+
+    # --- alerts (the alerter's tables, read for queries) -----------------------------
+
+    async def list_alerts(
+        self, state: str | None, username: str | None, alert_id: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return [dict(r) for r in await conn.fetch(SQL.list_alerts, state, username, alert_id, limit)]
+
+    async def alert_transitions(self, alert_id: str) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return [dict(r) for r in await conn.fetch(SQL.alert_transitions, alert_id)]
+
+    async def request_alert_action(
+        self, alert_id: str, action: Literal["acknowledge", "resolve"], by: str, note: str
+    ) -> None:
+        """Record an acknowledge or resolve as an event; the alerter carries it out."""
+        event = AlertActionRequested(
+            source=SOURCE,
+            subject=alert_id,
+            data=AlertActionRequestedData(alert_id=alert_id, action=action, by=by, note=note),
+        )
+        async with self.db.transaction() as conn:
+            await append(conn, event, aggregate=alert_id)

@@ -4,6 +4,23 @@ CREATE SCHEMA corral;
 CREATE SCHEMA launcher;
 CREATE SCHEMA monitor;
 CREATE SCHEMA scheduler;
+CREATE TABLE alerter.alert_transitions (
+    id bigint NOT NULL,
+    alert_id text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    from_state text,
+    to_state text NOT NULL,
+    actor text NOT NULL,
+    note text DEFAULT ''::text NOT NULL,
+    CONSTRAINT alert_transitions_to_state_check CHECK ((to_state = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text])))
+);
+CREATE SEQUENCE alerter.alert_transitions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE alerter.alert_transitions_id_seq OWNED BY alerter.alert_transitions.id;
 CREATE TABLE alerter.alerts (
     id text NOT NULL,
     rule text NOT NULL,
@@ -14,6 +31,10 @@ CREATE TABLE alerter.alerts (
     labels jsonb NOT NULL,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    acknowledged_by text,
+    acknowledged_at timestamp with time zone,
+    resolved_by text,
+    resolved_at timestamp with time zone,
     CONSTRAINT alerts_severity_check CHECK ((severity = ANY (ARRAY['info'::text, 'warning'::text, 'critical'::text]))),
     CONSTRAINT alerts_state_check CHECK ((state = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text])))
 );
@@ -225,9 +246,12 @@ CREATE TABLE scheduler.preemptions (
     reason text NOT NULL,
     requested_at timestamp with time zone DEFAULT now() NOT NULL
 );
+ALTER TABLE ONLY alerter.alert_transitions ALTER COLUMN id SET DEFAULT nextval('alerter.alert_transitions_id_seq'::regclass);
 ALTER TABLE ONLY corral.dead_letters ALTER COLUMN id SET DEFAULT nextval('corral.dead_letters_id_seq'::regclass);
 ALTER TABLE ONLY corral.outbox ALTER COLUMN id SET DEFAULT nextval('corral.outbox_id_seq'::regclass);
 ALTER TABLE ONLY monitor.health_events ALTER COLUMN id SET DEFAULT nextval('monitor.health_events_id_seq'::regclass);
+ALTER TABLE ONLY alerter.alert_transitions
+    ADD CONSTRAINT alert_transitions_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY alerter.alerts
     ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.jobs
@@ -266,6 +290,7 @@ ALTER TABLE ONLY scheduler.allocations
     ADD CONSTRAINT allocations_pkey PRIMARY KEY (job_id, generation, task_role, task_index);
 ALTER TABLE ONLY scheduler.preemptions
     ADD CONSTRAINT preemptions_pkey PRIMARY KEY (job_id, generation);
+CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions USING btree (alert_id, id);
 CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
@@ -278,6 +303,8 @@ CREATE INDEX gpu_history_by_age ON monitor.gpu_history USING btree (resolution_s
 CREATE INDEX gpu_history_by_job ON monitor.gpu_history USING btree (job_id, resolution_s, bucket) WHERE (job_id IS NOT NULL);
 CREATE INDEX health_events_by_node ON monitor.health_events USING btree (node_id, at DESC);
 CREATE INDEX allocations_live ON scheduler.allocations USING btree (node_id) WHERE (released_at IS NULL);
+ALTER TABLE ONLY alerter.alert_transitions
+    ADD CONSTRAINT alert_transitions_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY monitor.gpus

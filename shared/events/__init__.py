@@ -6,6 +6,8 @@ it rejects is a poison message (see ``shared/bus/consumer.py``).
 
 from shared.events.envelope import Envelope
 from shared.events.types import (
+    AlertActionRequested,
+    AlertChanged,
     AlertFiring,
     Event,
     JobCancelled,
@@ -33,6 +35,8 @@ from shared.events.types import (
 )
 
 __all__ = [
+    "AlertActionRequested",
+    "AlertChanged",
     "AlertFiring",
     "Envelope",
     "Event",

@@ -400,6 +400,40 @@ class AlertFiring(Envelope):
     subject_prefix: ClassVar[str] = "corral.alert.firing"
 
 
+class AlertChangedData(_Data):
+    alert_id: str
+    rule: str
+    fingerprint: str
+    state: Literal["acknowledged", "resolved"]
+    by: str = Field(description="'alerter' when its cause went away, else the user")
+    note: str = ""
+
+
+class AlertChanged(Envelope):
+    """An alert was acknowledged or resolved."""
+
+    type: Literal["corral.alert.changed.v1"] = "corral.alert.changed.v1"
+    data: AlertChangedData
+
+    subject_prefix: ClassVar[str] = "corral.alert.changed"
+
+
+class AlertActionRequestedData(_Data):
+    alert_id: str
+    action: Literal["acknowledge", "resolve"]
+    by: str
+    note: str = ""
+
+
+class AlertActionRequested(Envelope):
+    """An on-call engineer's acknowledge or resolve, recorded by the API."""
+
+    type: Literal["corral.alert.action_requested.v1"] = "corral.alert.action_requested.v1"
+    data: AlertActionRequestedData
+
+    subject_prefix: ClassVar[str] = "corral.alert.action_requested"
+
+
 Event = Annotated[
     JobSubmitted
     | JobScheduled
@@ -421,7 +455,9 @@ Event = Annotated[
     | NodeUndrained
     | NodeDrainRequested
     | NodeTelemetry
-    | AlertFiring,
+    | AlertFiring
+    | AlertChanged
+    | AlertActionRequested,
     Field(discriminator="type"),
 ]
 

@@ -38,7 +38,7 @@ async def _alert(stack: Stack, rule: str, timeout_s: float = 10.0) -> dict[str, 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             row = await conn.fetchrow(
-                "SELECT severity, summary, state FROM alerter.alerts WHERE rule = $1", rule
+                "SELECT id, severity, summary, state FROM alerter.alerts WHERE rule = $1", rule
             )
             if row is not None:
                 return dict(row)
@@ -59,6 +59,19 @@ def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=30,
         check=False,
     )
+
+
+async def _alert_state(
+    http: httpx.AsyncClient, alert_id: str, state: str, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    alert: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        alert = (await http.get(f"/api/v1/alerts/{alert_id}")).json()
+        if alert.get("state") == state:
+            return alert
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"alert {alert_id} never became {state}: {alert}")
 
 
 async def _health_events(http: httpx.AsyncClient, node_id: str) -> list[dict[str, Any]]:
@@ -115,6 +128,12 @@ async def test_a_gpu_falling_off_the_bus_drains_the_node_and_moves_its_job(stack
         alert = await _alert(stack, "GpuUnhealthy")
         assert alert["severity"] == "critical"
         assert "Xid 79" in alert["summary"]
+        listed = await asyncio.to_thread(corral, stack, "alerts", "--state", "firing")
+        assert alert["id"] in listed.stdout
+        assert "CRITICAL" in listed.stdout
+        acked = await asyncio.to_thread(corral, stack, "ack", alert["id"], "--note", "on it")
+        assert acked.returncode == 0, acked.stderr
+        await _alert_state(http, alert["id"], "acknowledged")
 
         nodes = await asyncio.to_thread(corral, stack, "nodes")
         assert nodes.returncode == 0, nodes.stderr
@@ -141,6 +160,17 @@ async def test_a_gpu_falling_off_the_bus_drains_the_node_and_moves_its_job(stack
         events = await _health_events(http, node_id)
         assert events[0]["kind"] == "undrained"
         assert "GPU reseated" in events[0]["detail"]
+        # The undrain ended the alert's cause: it resolved itself, with its whole history.
+        resolved = await _alert_state(http, alert["id"], "resolved")
+        assert [(h["from_state"], h["to_state"], h["actor"]) for h in resolved["history"]] == [
+            (None, "firing", "alerter"),
+            ("firing", "acknowledged", "admin"),
+            ("acknowledged", "resolved", "alerter"),
+        ]
+        assert resolved["history"][1]["note"] == "on it"
+        again = await asyncio.to_thread(corral, stack, "ack", alert["id"])
+        assert again.returncode == 1
+        assert "409" in again.stderr
 
 
 async def test_application_xids_do_not_drain_and_an_admin_drain_lets_work_finish(stack: Stack) -> None:

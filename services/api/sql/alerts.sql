@@ -1,0 +1,15 @@
+-- name: list_alerts
+-- Newest first; $2 (a username) limits them to alerts about that user's jobs.
+SELECT a.id, a.rule, a.severity, a.state, a.summary, a.labels, a.started_at, a.updated_at,
+       a.acknowledged_by, a.acknowledged_at, a.resolved_by, a.resolved_at
+FROM alerter.alerts a
+WHERE ($1::text IS NULL OR a.state = $1)
+  AND ($2::text IS NULL OR EXISTS (
+        SELECT 1 FROM api.jobs j WHERE j.id = a.labels->>'job' AND j.username = $2))
+  AND ($3::text IS NULL OR a.id = $3)
+ORDER BY a.started_at DESC, a.id DESC
+LIMIT $4;
+
+-- name: alert_transitions
+SELECT at, from_state, to_state, actor, note
+FROM alerter.alert_transitions WHERE alert_id = $1 ORDER BY id;

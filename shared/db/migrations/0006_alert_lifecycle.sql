@@ -1,0 +1,22 @@
+-- 0006 alert lifecycle: firing -> acknowledged -> resolved, every change with who and when.
+--
+-- The alerter owns alerts (DESIGN.md §1). An on-call engineer's acknowledge / resolve is
+-- recorded by the API as an event and carried out here; a cause that goes away (the node
+-- is heard again, an admin undrains it) resolves its alert on its own.
+
+ALTER TABLE alerter.alerts
+    ADD COLUMN acknowledged_by text,
+    ADD COLUMN acknowledged_at timestamptz,
+    ADD COLUMN resolved_by text,
+    ADD COLUMN resolved_at timestamptz;
+
+CREATE TABLE alerter.alert_transitions (
+    id bigserial PRIMARY KEY,
+    alert_id text NOT NULL REFERENCES alerter.alerts (id),
+    at timestamptz NOT NULL DEFAULT now(),
+    from_state text,  -- NULL: the alert was opened
+    to_state text NOT NULL CHECK (to_state IN ('firing', 'acknowledged', 'resolved')),
+    actor text NOT NULL,  -- 'alerter' for its own rules, else a user
+    note text NOT NULL DEFAULT ''
+);
+CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions (alert_id, id);
