@@ -13,6 +13,7 @@ from shared.db.migrations import apply_migrations
 from shared.db.pool import Database, connect
 from shared.settings import DatabaseSettings, NatsSettings
 from tests.infra import PostgresServer, nats_server, postgres_server, unique_name
+from tests.receivers import receivers  # noqa: F401  # a fixture for every test directory
 
 TEMPLATE = "corral_template"
 

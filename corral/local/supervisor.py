@@ -154,6 +154,8 @@ class Supervisor:
         env = {
             # Break a simulated GPU of the running node by writing this file.
             "CORRAL_EXPORTER_FAULTS_FILE": str(self.config.home / "gpu-faults.yaml"),
+            # Where alerts are sent (receivers and routes); re-read when it changes.
+            "CORRAL_ALERTER_ROUTING_FILE": str(self.config.home / "routing.yaml"),
             **os.environ,
             **self.config.extra_env,
             "CORRAL_HOME": str(self.config.home),

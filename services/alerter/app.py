@@ -1,23 +1,36 @@
-"""Composition root of the alerter service."""
+"""Composition root of the alerter service: events in, alerts and notifications out."""
 
 from __future__ import annotations
 
 import asyncio
 
+import httpx
+
+from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
+from services.alerter.routing import RoutingFile
 from services.alerter.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
-from shared.service import run_service, service_resources
+from shared.service import every, run_service, service_resources
 
 
 async def serve(settings: Settings) -> None:
-    async with service_resources("alerter", settings.common) as res:
-        handlers = AlerterHandlers(res.db)
+    config = settings.alerter
+    routing = RoutingFile(config.routing_file)
+    async with service_resources("alerter", settings.common) as res, httpx.AsyncClient() as http:
+        deliverer = Deliverer(res.db, config, http)
+        handlers = AlerterHandlers(res.db, routing, deliverer.wake)
+
+        async def reload_routing() -> None:
+            routing.reload()
+
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
-            for config in (JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
-                spec = ConsumerSpec(config, handlers.handle)
-                tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=config.durable)
+            for consumer in (JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
+                spec = ConsumerSpec(consumer, handlers.handle)
+                tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=consumer.durable)
+            tg.create_task(deliverer.run(), name="delivery")
+            tg.create_task(every(config.routing_check_s, reload_routing, "routing reload"), name="routing")
 
 
 def main() -> int:

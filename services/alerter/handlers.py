@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from services.alerter.repository import acknowledge, open_alert, resolve, resolve_fingerprint
+from services.alerter.routing import RoutingFile
 from services.alerter.rules import draft_for, resolutions
 from shared.bus import ConsumerConfig
 from shared.bus.streams import ALERTS, JOBS, NODES
@@ -33,8 +35,10 @@ ALERT_ACTIONS = ConsumerConfig(
 
 
 class AlerterHandlers:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, routing: RoutingFile, delivered: asyncio.Event | None = None) -> None:
         self._db = db
+        self._routing = routing
+        self._wake_delivery = delivered or asyncio.Event()
 
     async def handle(self, event: Event) -> None:
         draft = draft_for(event)
@@ -42,14 +46,16 @@ class AlerterHandlers:
         action = event.data if isinstance(event, AlertActionRequested) else None
         if draft is None and not ends and action is None:
             return
+        routing = self._routing.routing
         async with self._db.transaction() as conn:
             if not await first_time(conn, "alerter", event.id):
                 return
             if draft is not None:
-                await open_alert(conn, draft)
+                await open_alert(conn, draft, routing)
             for fingerprint, why in ends:
-                await resolve_fingerprint(conn, fingerprint, why)
+                await resolve_fingerprint(conn, fingerprint, why, routing)
             if action is not None:
                 act = acknowledge if action.action == "acknowledge" else resolve
-                if not await act(conn, action.alert_id, action.by, action.note):
+                if not await act(conn, action.alert_id, action.by, action.note, routing):
                     log.info("alert %s: %s by %s changed nothing", action.alert_id, action.action, action.by)
+        self._wake_delivery.set()  # notifications may be queued: send them now

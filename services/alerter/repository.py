@@ -6,6 +6,8 @@ from pathlib import Path
 
 from asyncpg import Record
 
+from services.alerter.payloads import labels_of, payload_for, url_of
+from services.alerter.routing import Routing
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
@@ -18,7 +20,7 @@ SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/alerter"
 
 
-async def open_alert(conn: Connection, draft: AlertDraft) -> str | None:
+async def open_alert(conn: Connection, draft: AlertDraft, routing: Routing) -> str | None:
     alert_id = await conn.fetchval(
         SQL.open_alert,
         new_alert_id(),
@@ -31,6 +33,7 @@ async def open_alert(conn: Connection, draft: AlertDraft) -> str | None:
     if alert_id is None:
         return None
     await conn.execute(SQL.record_transition, alert_id, None, "firing", "alerter", draft.summary)
+    await _notify(conn, alert_id, "firing", "alerter", routing)
     event = AlertFiring(
         source=SOURCE,
         subject=alert_id,
@@ -62,26 +65,47 @@ async def _announce(conn: Connection, row: Record, state: str, by: str, note: st
     await append(conn, event, aggregate=row["id"])
 
 
-async def acknowledge(conn: Connection, alert_id: str, by: str, note: str) -> bool:
+async def acknowledge(conn: Connection, alert_id: str, by: str, note: str, routing: Routing) -> bool:
     """ "I'm on it": only a firing alert; False if it was not firing (or does not exist)."""
     row = await conn.fetchrow(SQL.acknowledge, alert_id, by)
     if row is None:
         return False
     await conn.execute(SQL.record_transition, alert_id, "firing", "acknowledged", by, note)
     await _announce(conn, row, "acknowledged", by, note)
+    await _notify(conn, alert_id, "acknowledged", by, routing)
     return True
 
 
-async def resolve(conn: Connection, alert_id: str, by: str, note: str) -> bool:
+async def resolve(conn: Connection, alert_id: str, by: str, note: str, routing: Routing) -> bool:
     row = await conn.fetchrow(SQL.resolve, alert_id, by)
     if row is None:
         return False
     await conn.execute(SQL.record_transition, alert_id, row["previous_state"], "resolved", by, note)
     await _announce(conn, row, "resolved", by, note)
+    await _notify(conn, alert_id, "resolved", by, routing)
     return True
 
 
-async def resolve_fingerprint(conn: Connection, fingerprint: str, note: str) -> bool:
+async def resolve_fingerprint(conn: Connection, fingerprint: str, note: str, routing: Routing) -> bool:
     """The cause went away: resolve the open alert of that fingerprint, if any."""
     alert_id = await conn.fetchval(SQL.open_alert_by_fingerprint, fingerprint)
-    return alert_id is not None and await resolve(conn, alert_id, "alerter", note)
+    return alert_id is not None and await resolve(conn, alert_id, "alerter", note, routing)
+
+
+async def _notify(conn: Connection, alert_id: str, event: str, by: str, routing: Routing) -> None:
+    """Queue the change for every receiver the routing picks (same transaction)."""
+    row = await conn.fetchrow(SQL.alert_row, alert_id)
+    assert row is not None  # changed in this very transaction
+    alert = dict(row)
+    for receiver in routing.receivers_for(labels_of(alert)):
+        body = payload_for(receiver, alert, event, by)
+        if body is not None:
+            await conn.execute(
+                SQL.enqueue_notification,
+                alert_id,
+                event,
+                receiver.name,
+                receiver.kind,
+                url_of(receiver),
+                body,
+            )

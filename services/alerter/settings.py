@@ -1,6 +1,8 @@
-"""Alerter settings: the common groups (receivers and rules arrive with their issue)."""
+"""Alerter settings: ``CORRAL_ALERTER_*`` and the common groups."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -8,7 +10,23 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from shared.settings import CommonSettings
 
 
+class AlerterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CORRAL_ALERTER_", extra="ignore")
+
+    # Receivers and the route tree (services/alerter/routing.py); re-read when it changes.
+    routing_file: Path | None = None
+    routing_check_s: float = Field(default=2.0, gt=0)
+    delivery_interval_s: float = Field(default=1.0, gt=0)
+    # Per request: a receiver that hangs costs this much, and only its own notification.
+    delivery_timeout_s: float = Field(default=5.0, gt=0)
+    # A claimed notification not reported within this is sent again (alerter killed).
+    delivery_lease_s: float = Field(default=30.0, gt=0)
+    max_backoff_s: float = Field(default=300.0, gt=0)
+    give_up_after_s: float = Field(default=86_400.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     common: CommonSettings = Field(default_factory=CommonSettings)
+    alerter: AlerterSettings = Field(default_factory=AlerterSettings)

@@ -38,6 +38,32 @@ CREATE TABLE alerter.alerts (
     CONSTRAINT alerts_severity_check CHECK ((severity = ANY (ARRAY['info'::text, 'warning'::text, 'critical'::text]))),
     CONSTRAINT alerts_state_check CHECK ((state = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text])))
 );
+CREATE TABLE alerter.notifications (
+    id bigint NOT NULL,
+    alert_id text NOT NULL,
+    event text NOT NULL,
+    receiver text NOT NULL,
+    kind text NOT NULL,
+    url text NOT NULL,
+    payload jsonb NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_status integer,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT notifications_event_check CHECK ((event = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text]))),
+    CONSTRAINT notifications_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'pagerduty'::text]))),
+    CONSTRAINT notifications_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'failed'::text])))
+);
+CREATE SEQUENCE alerter.notifications_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE alerter.notifications_id_seq OWNED BY alerter.notifications.id;
 CREATE TABLE api.jobs (
     id text NOT NULL,
     name text NOT NULL,
@@ -247,6 +273,7 @@ CREATE TABLE scheduler.preemptions (
     requested_at timestamp with time zone DEFAULT now() NOT NULL
 );
 ALTER TABLE ONLY alerter.alert_transitions ALTER COLUMN id SET DEFAULT nextval('alerter.alert_transitions_id_seq'::regclass);
+ALTER TABLE ONLY alerter.notifications ALTER COLUMN id SET DEFAULT nextval('alerter.notifications_id_seq'::regclass);
 ALTER TABLE ONLY corral.dead_letters ALTER COLUMN id SET DEFAULT nextval('corral.dead_letters_id_seq'::regclass);
 ALTER TABLE ONLY corral.outbox ALTER COLUMN id SET DEFAULT nextval('corral.outbox_id_seq'::regclass);
 ALTER TABLE ONLY monitor.health_events ALTER COLUMN id SET DEFAULT nextval('monitor.health_events_id_seq'::regclass);
@@ -254,6 +281,10 @@ ALTER TABLE ONLY alerter.alert_transitions
     ADD CONSTRAINT alert_transitions_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY alerter.alerts
     ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY alerter.notifications
+    ADD CONSTRAINT notifications_alert_id_event_receiver_key UNIQUE (alert_id, event, receiver);
+ALTER TABLE ONLY alerter.notifications
+    ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
@@ -292,6 +323,7 @@ ALTER TABLE ONLY scheduler.preemptions
     ADD CONSTRAINT preemptions_pkey PRIMARY KEY (job_id, generation);
 CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions USING btree (alert_id, id);
 CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
+CREATE INDEX notifications_due ON alerter.notifications USING btree (next_attempt_at) WHERE (state = 'pending'::text);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
 CREATE INDEX outbox_sent_at ON corral.outbox USING btree (sent_at) WHERE (sent_at IS NOT NULL);
@@ -305,6 +337,8 @@ CREATE INDEX health_events_by_node ON monitor.health_events USING btree (node_id
 CREATE INDEX allocations_live ON scheduler.allocations USING btree (node_id) WHERE (released_at IS NULL);
 ALTER TABLE ONLY alerter.alert_transitions
     ADD CONSTRAINT alert_transitions_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
+ALTER TABLE ONLY alerter.notifications
+    ADD CONSTRAINT notifications_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY monitor.gpus

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from services.alerter.repository import acknowledge, open_alert, resolve
+from services.alerter.routing import Routing
 from services.alerter.rules import AlertDraft
 from services.api.auth import hash_token
 from services.api.repository import ApiRepository
@@ -22,9 +23,12 @@ async def _alerts(db: Database, client: httpx.AsyncClient) -> tuple[str, str]:
         job_alert = await open_alert(
             conn,
             AlertDraft("JobFailed", f"JobFailed/{alice_job}/1", "warning", "job failed", {"job": alice_job}),
+            Routing(),
         )
         node_alert = await open_alert(
-            conn, AlertDraft("GpuUnhealthy", "GpuUnhealthy/n1", "critical", "node n1 drained", {"node": "n1"})
+            conn,
+            AlertDraft("GpuUnhealthy", "GpuUnhealthy/n1", "critical", "node n1 drained", {"node": "n1"}),
+            Routing(),
         )
     assert job_alert is not None
     assert node_alert is not None
@@ -64,9 +68,9 @@ async def test_actions_are_requests_to_the_alerter_and_history_shows_who(
     ]
     assert subjects == [f"corral.alert.action_requested.{node_alert}"]
     async with db.transaction() as conn:  # what the alerter does with the request
-        assert await acknowledge(conn, node_alert, "admin", "on it")
-        assert not await acknowledge(conn, node_alert, "admin", "twice")
-        assert await resolve(conn, node_alert, "alerter", "node n1 undrained")
+        assert await acknowledge(conn, node_alert, "admin", "on it", Routing())
+        assert not await acknowledge(conn, node_alert, "admin", "twice", Routing())
+        assert await resolve(conn, node_alert, "alerter", "node n1 undrained", Routing())
     detail = (await client.get(f"/api/v1/alerts/{node_alert}")).json()
     assert detail["state"] == "resolved"
     assert detail["acknowledged_by"] == "admin"

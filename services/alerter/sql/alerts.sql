@@ -27,3 +27,39 @@ RETURNING a.id, a.rule, a.fingerprint, before.state AS previous_state;
 
 -- name: open_alert_by_fingerprint
 SELECT id FROM alerter.alerts WHERE fingerprint = $1 AND state <> 'resolved';
+
+-- name: alert_row
+SELECT id, rule, fingerprint, severity, state, summary, labels, started_at, resolved_at,
+       acknowledged_by, resolved_by
+FROM alerter.alerts WHERE id = $1;
+
+-- name: enqueue_notification
+INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (alert_id, event, receiver) DO NOTHING;
+
+-- name: claim_notifications
+-- Due rows, leased for $1 seconds: a crash mid-delivery leaves them due again after it.
+UPDATE alerter.notifications n
+SET attempts = n.attempts + 1, next_attempt_at = now() + make_interval(secs => $1)
+WHERE n.id IN (
+    SELECT id FROM alerter.notifications
+    WHERE state = 'pending' AND next_attempt_at <= now()
+    ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $2
+)
+RETURNING n.id, n.alert_id, n.event, n.receiver, n.kind, n.url, n.payload, n.attempts, n.created_at;
+
+-- name: notification_sent
+UPDATE alerter.notifications
+SET state = 'sent', sent_at = now(), last_status = $2, last_error = NULL
+WHERE id = $1;
+
+-- name: notification_retry
+UPDATE alerter.notifications
+SET next_attempt_at = now() + make_interval(secs => $2), last_status = $3, last_error = $4
+WHERE id = $1;
+
+-- name: notification_failed
+UPDATE alerter.notifications
+SET state = 'failed', last_status = $2, last_error = $3
+WHERE id = $1;

@@ -20,3 +20,26 @@ CREATE TABLE alerter.alert_transitions (
     note text NOT NULL DEFAULT ''
 );
 CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions (alert_id, id);
+
+-- Notifications: one row per (alert, change, receiver), written in the transaction of the
+-- change, then delivered with retries. A row is claimed by pushing its next attempt past
+-- a lease, so an alerter killed mid-delivery sends it again after restart (a duplicate,
+-- never a loss); the unique key keeps a redelivered event from queueing it twice.
+CREATE TABLE alerter.notifications (
+    id bigserial PRIMARY KEY,
+    alert_id text NOT NULL REFERENCES alerter.alerts (id),
+    event text NOT NULL CHECK (event IN ('firing', 'acknowledged', 'resolved')),
+    receiver text NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('webhook', 'slack', 'pagerduty')),
+    url text NOT NULL,
+    payload jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed')),
+    attempts integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    last_status integer,
+    last_error text,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    sent_at timestamptz,
+    UNIQUE (alert_id, event, receiver)
+);
+CREATE INDEX notifications_due ON alerter.notifications (next_attempt_at) WHERE state = 'pending';

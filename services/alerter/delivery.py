@@ -1,0 +1,83 @@
+"""Sending queued notifications: retried with backoff, one slow receiver never stalls another.
+
+Each round claims the due rows (a lease: ``claim_notifications``), sends them all at once,
+each with its own timeout, and records each outcome:
+
+- 2xx: sent;
+- 5xx, 429, a timeout or a connection error: retried after 1, 2, 4 ... s (at most
+  ``max_backoff_s``), for ``give_up_after_s`` (a day) before it is marked failed;
+- any other 4xx: failed at once (the receiver said the request itself is wrong).
+
+Every attempt's status and error stay on the row: the notification log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from services.alerter.repository import SQL
+from services.alerter.settings import AlerterSettings
+from shared.db.pool import Database
+from shared.service import every
+
+log = logging.getLogger(__name__)
+RETRYABLE = {408, 425, 429}
+
+
+class Deliverer:
+    def __init__(self, db: Database, settings: AlerterSettings, http: httpx.AsyncClient) -> None:
+        self._db = db
+        self._settings = settings
+        self._http = http
+        self.wake = asyncio.Event()
+
+    async def run(self) -> None:
+        """Deliver whenever woken (a change was queued) and at least every interval."""
+
+        async def round_then_wait() -> None:
+            while await self.deliver_due():
+                pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self._settings.delivery_interval_s)
+            self.wake.clear()
+
+        await every(0.0, round_then_wait, "notification delivery")
+
+    async def deliver_due(self) -> int:
+        async with self._db.transaction() as conn:
+            rows = await conn.fetch(SQL.claim_notifications, self._settings.delivery_lease_s, 100)
+        if rows:
+            await asyncio.gather(*(self._deliver(dict(row)) for row in rows))
+        return len(rows)
+
+    async def _deliver(self, row: dict[str, Any]) -> None:
+        status: int | None = None
+        try:
+            response = await self._http.post(
+                row["url"], json=row["payload"], timeout=self._settings.delivery_timeout_s
+            )
+            status = response.status_code
+            error = None if response.is_success else f"HTTP {status}: {response.text[:200]}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+        async with self._db.transaction() as conn:
+            if error is None:
+                await conn.execute(SQL.notification_sent, row["id"], status)
+                return
+            age_s = (datetime.now(UTC) - row["created_at"]).total_seconds()
+            permanent = status is not None and 400 <= status < 500 and status not in RETRYABLE
+            if permanent or age_s > self._settings.give_up_after_s:
+                log.error("notification %s to %s failed for good: %s", row["id"], row["receiver"], error)
+                await conn.execute(SQL.notification_failed, row["id"], status, error)
+                return
+            backoff = min(2.0 ** (row["attempts"] - 1), self._settings.max_backoff_s)
+            log.warning(
+                "notification %s to %s: %s; again in %.0fs", row["id"], row["receiver"], error, backoff
+            )
+            await conn.execute(SQL.notification_retry, row["id"], backoff, status, error)

@@ -1,0 +1,82 @@
+"""What each kind of receiver is sent, in the formats their tools expect.
+
+- ``webhook``: Alertmanager's webhook payload, version 4 (firing and resolved only, as
+  Alertmanager sends), so tools written for Alertmanager work unchanged;
+- ``pagerduty``: Events API v2 — ``trigger`` / ``acknowledge`` / ``resolve`` with the
+  alert's fingerprint as ``dedup_key``, so PagerDuty folds them into one incident;
+- ``slack``: an incoming-webhook message (``text``), any change.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from services.alerter.routing import Receiver
+
+PAGERDUTY_ACTION = {"firing": "trigger", "acknowledged": "acknowledge", "resolved": "resolve"}
+ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat().replace("+00:00", "Z") if value else ZERO_TIME
+
+
+def labels_of(alert: dict[str, Any]) -> dict[str, str]:
+    return {**alert["labels"], "rule": alert["rule"], "severity": alert["severity"]}
+
+
+def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) -> dict[str, Any] | None:
+    """The body to send, or None when this kind of receiver is not told of this change."""
+    labels = labels_of(alert)
+    if receiver.webhook is not None:
+        if event == "acknowledged":
+            return None
+        status = "resolved" if event == "resolved" else "firing"
+        return {
+            "version": "4",
+            "groupKey": f'{{}}:{{fingerprint="{alert["fingerprint"]}"}}',
+            "truncatedAlerts": 0,
+            "status": status,
+            "receiver": receiver.name,
+            "groupLabels": {"rule": alert["rule"]},
+            "commonLabels": labels,
+            "commonAnnotations": {"summary": alert["summary"]},
+            "externalURL": "",
+            "alerts": [
+                {
+                    "status": status,
+                    "labels": labels,
+                    "annotations": {"summary": alert["summary"]},
+                    "startsAt": _iso(alert["started_at"]),
+                    "endsAt": _iso(alert["resolved_at"] if status == "resolved" else None),
+                    "generatorURL": "",
+                    "fingerprint": alert["fingerprint"],
+                }
+            ],
+        }
+    if receiver.pagerduty is not None:
+        body: dict[str, Any] = {
+            "routing_key": receiver.pagerduty.routing_key,
+            "event_action": PAGERDUTY_ACTION[event],
+            "dedup_key": alert["fingerprint"],
+        }
+        if event == "firing":
+            body["payload"] = {
+                "summary": alert["summary"][:1024],
+                "source": labels.get("node") or labels.get("job") or "corral",
+                "severity": alert["severity"],
+                "component": alert["rule"],
+                "custom_details": labels,
+            }
+        return body
+    verb = {"firing": "FIRING", "acknowledged": f"acknowledged by {by}", "resolved": f"resolved ({by})"}[
+        event
+    ]
+    return {"text": f"[{alert['severity'].upper()}] {alert['rule']}: {alert['summary']} — {verb}"}
+
+
+def url_of(receiver: Receiver) -> str:
+    target = receiver.webhook or receiver.slack or receiver.pagerduty
+    assert target is not None  # one of them, by validation
+    return str(target.url)

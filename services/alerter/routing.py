@@ -1,0 +1,174 @@
+"""Where alerts go: receivers and a route tree on labels, read from a YAML file.
+
+    receivers:
+      - name: oncall
+        pagerduty: {routing_key: "R0123...", url: "https://events.pagerduty.com/v2/enqueue"}
+      - name: team-chat
+        slack: {url: "https://hooks.slack.com/services/..."}
+      - name: tooling
+        webhook: {url: "http://tooling.internal/alertmanager"}
+    route:
+      receiver: team-chat            # the default
+      routes:                        # the first child whose `match` fits wins
+        - match: {severity: critical}
+          receivers: [oncall, team-chat]
+
+An alert's labels are its own plus ``rule`` and ``severity``. The file is re-read when it
+changes; one that does not validate is refused with the line and field at fault, and the
+routing in force stays. No file: alerts are stored and listed, and sent nowhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+
+log = logging.getLogger(__name__)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WebhookTarget(_Strict):
+    url: HttpUrl
+
+
+class PagerDutyTarget(_Strict):
+    routing_key: str = Field(min_length=1, max_length=64)
+    url: HttpUrl = HttpUrl("https://events.pagerduty.com/v2/enqueue")
+
+
+class Receiver(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    webhook: WebhookTarget | None = None
+    slack: WebhookTarget | None = None
+    pagerduty: PagerDutyTarget | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Receiver:
+        kinds = [k for k in ("webhook", "slack", "pagerduty") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(
+                f"a receiver has exactly one of webhook, slack, pagerduty (this one has {kinds or 'none'})"
+            )
+        return self
+
+    @property
+    def kind(self) -> Literal["webhook", "slack", "pagerduty"]:
+        return "webhook" if self.webhook else "slack" if self.slack else "pagerduty"
+
+
+class Route(_Strict):
+    match: dict[str, str] = Field(default_factory=dict)
+    receiver: str | None = None
+    receivers: list[str] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+
+    @property
+    def targets(self) -> list[str]:
+        return [*([self.receiver] if self.receiver else []), *self.receivers]
+
+    def pick(self, labels: dict[str, str]) -> list[str]:
+        for child in self.routes:
+            if all(labels.get(k) == v for k, v in child.match.items()):
+                return child.pick(labels) or self.targets
+        return self.targets
+
+
+class Routing(_Strict):
+    receivers: list[Receiver] = Field(default_factory=list)
+    route: Route = Field(default_factory=Route)
+
+    @model_validator(mode="after")
+    def _known_receivers(self) -> Routing:
+        names = [r.name for r in self.receivers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"receiver names must be unique: {names}")
+        unknown = sorted({t for t in _all_targets(self.route) if t not in names})
+        if unknown:
+            raise ValueError(f"routes name receivers that are not defined: {unknown}")
+        return self
+
+    def receivers_for(self, labels: dict[str, str]) -> list[Receiver]:
+        by_name = {r.name: r for r in self.receivers}
+        return [by_name[name] for name in dict.fromkeys(self.route.pick(labels))]
+
+
+def _all_targets(route: Route) -> list[str]:
+    return [*route.targets, *(t for child in route.routes for t in _all_targets(child))]
+
+
+class RoutingError(ValueError):
+    """A routing file that cannot be used; the message names the line and field."""
+
+
+def _line_of(document: yaml.Node, loc: tuple[int | str, ...]) -> int | None:
+    """The 1-based line of the YAML node at a pydantic error location."""
+    node: yaml.Node | None = document
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            break
+        if node is None:
+            return None
+    return node.start_mark.line + 1 if node is not None else None
+
+
+def parse_routing(text: str, source: str = "routing") -> Routing:
+    try:
+        document = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RoutingError(f"{source}: not valid YAML: {exc}") from exc
+    try:
+        return Routing.model_validate(raw or {})
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+            line = _line_of(document, error["loc"]) if document is not None else None
+            where = f"line {line}, " if line else ""
+            problems.append(f"{source}: {where}{field}: {error['msg']}")
+        raise RoutingError("\n".join(problems)) from exc
+
+
+class RoutingFile:
+    """The routing in force, re-read from its file when the file changes."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.routing = Routing()
+        self.error: str | None = None
+        self._digest = b""
+        self.reload()
+
+    def reload(self) -> bool:
+        """Pick up a changed file; True if new routing is now in force."""
+        if self.path is None:
+            return False
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            text = ""
+        digest = hashlib.sha256(text.encode()).digest()
+        if digest == self._digest:
+            return False
+        self._digest = digest
+        try:
+            routing = parse_routing(text, str(self.path))
+        except RoutingError as exc:
+            self.error = str(exc)
+            log.error("routing file refused; the routing in force stays:\n%s", exc)
+            return False
+        self.routing, self.error = routing, None
+        log.info("routing in force: %d receivers", len(routing.receivers))
+        return True

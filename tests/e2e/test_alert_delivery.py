@@ -1,0 +1,72 @@
+"""Alerts reach real receivers from a running stack; a killed alerter re-sends after restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import asyncpg
+
+from tests.e2e.stack import Stack, submit, wait_state
+from tests.receivers import Receivers
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what} did not happen in {timeout_s}s")
+
+
+def _route_job_failures(stack: Stack, receivers: Receivers, path: str) -> None:
+    (stack.home / "routing.yaml").write_text(
+        "receivers:\n"
+        f"  - {{name: tools, webhook: {{url: '{receivers.url(path)}'}}}}\n"
+        f"  - {{name: oncall, pagerduty: {{routing_key: R0KEY, url: '{receivers.url('pd')}'}}}}\n"
+        "route:\n"
+        "  receiver: tools\n"
+        "  routes:\n"
+        "    - {match: {severity: critical}, receiver: oncall}\n"
+    )
+
+
+async def test_a_failed_job_reaches_the_webhook_of_the_routing_file(
+    stack: Stack, receivers: Receivers
+) -> None:
+    _route_job_failures(stack, receivers, "hook")
+    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
+    async with stack.client() as http:
+        job_id = await submit(http, "echo oops; exit 3")
+        await wait_state(http, job_id, {"FAILED"})
+        await _until(lambda: bool(receivers.bodies("hook")), "the webhook")
+    (body,) = receivers.bodies("hook")
+    assert body["version"] == "4"
+    assert body["status"] == "firing"
+    assert body["alerts"][0]["labels"]["job"] == job_id
+    assert body["alerts"][0]["labels"]["rule"] == "JobFailed"
+    assert receivers.bodies("pd") == []  # a warning: not routed to the pager
+
+
+async def test_an_alerter_killed_mid_delivery_sends_again_after_restart(
+    stack: Stack, receivers: Receivers
+) -> None:
+    _route_job_failures(stack, receivers, "hang")
+    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
+    async with stack.client() as http:
+        await wait_state(http, await submit(http, "exit 3"), {"FAILED"})
+    await _until(lambda: bool(receivers.bodies("hang")), "the first delivery")
+    old = stack.kill("alerter")  # mid-request: the receiver has not answered
+    receivers.release.set()  # the receiver recovers: from now on it answers at once
+    await stack.wait_restarted("alerter", old)
+    await _until(lambda: len(receivers.bodies("hang")) >= 2, "the delivery after the restart", timeout_s=30)
+    conn = await asyncpg.connect(stack.env["CORRAL_DATABASE_URL"])
+    try:
+        row = await conn.fetchrow("SELECT state, attempts, last_status FROM alerter.notifications")
+    finally:
+        await conn.close()
+    assert row is not None
+    assert row["state"] == "sent"
+    assert row["attempts"] == 2
+    assert row["last_status"] == 200
+    assert receivers.bodies("hang")[0] == receivers.bodies("hang")[1]  # the same notification, twice
