@@ -18,6 +18,7 @@ AttemptId = NewType("AttemptId", str)
 NodeId = NewType("NodeId", str)
 EventId = NewType("EventId", str)
 AlertId = NewType("AlertId", str)
+SilenceId = NewType("SilenceId", str)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -41,6 +42,10 @@ def new_attempt_id() -> AttemptId:
 
 def new_alert_id() -> AlertId:
     return AlertId(f"alr-{_ulid()}")
+
+
+def new_silence_id() -> SilenceId:
+    return SilenceId(f"sil-{_ulid()}")
 
 
 def new_event_id() -> EventId:

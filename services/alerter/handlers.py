@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from services.alerter.repository import acknowledge, open_alert, resolve, resolve_fingerprint
+from services.alerter.repository import (
+    acknowledge,
+    apply_silence_request,
+    open_alert,
+    resolve,
+    resolve_fingerprint,
+)
 from services.alerter.routing import RoutingFile
 from services.alerter.rules import draft_for, resolutions
 from shared.bus import ConsumerConfig
 from shared.bus.streams import ALERTS, JOBS, NODES
 from shared.db.pool import Database
-from shared.events import AlertActionRequested, Event
+from shared.events import AlertActionRequested, Event, SilenceRequested
 from shared.idempotency import first_time
 
 log = logging.getLogger(__name__)
@@ -30,7 +36,9 @@ NODE_EVENTS = ConsumerConfig(
     ),
 )
 ALERT_ACTIONS = ConsumerConfig(
-    stream=ALERTS.name, durable="alerter-actions", filter_subjects=("corral.alert.action_requested.>",)
+    stream=ALERTS.name,
+    durable="alerter-actions",
+    filter_subjects=("corral.alert.action_requested.>", "corral.alert.silence_requested.>"),
 )
 
 
@@ -44,7 +52,8 @@ class AlerterHandlers:
         draft = draft_for(event)
         ends = resolutions(event)
         action = event.data if isinstance(event, AlertActionRequested) else None
-        if draft is None and not ends and action is None:
+        silence = event.data if isinstance(event, SilenceRequested) else None
+        if draft is None and not ends and action is None and silence is None:
             return
         routing = self._routing.routing
         async with self._db.transaction() as conn:
@@ -54,6 +63,8 @@ class AlerterHandlers:
                 await open_alert(conn, draft, routing)
             for fingerprint, why in ends:
                 await resolve_fingerprint(conn, fingerprint, why, routing)
+            if silence is not None and not await apply_silence_request(conn, silence):
+                log.info("silence %s: %s changed nothing", silence.silence_id, silence.action)
             if action is not None:
                 act = acknowledge if action.action == "acknowledge" else resolve
                 if not await act(conn, action.alert_id, action.by, action.note, routing):

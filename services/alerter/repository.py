@@ -12,7 +12,7 @@ from services.alerter.rules import AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import AlertChanged, AlertFiring
-from shared.events.types import AlertChangedData, AlertFiringData
+from shared.events.types import AlertChangedData, AlertFiringData, Matcher, SilenceRequestedData
 from shared.ids import new_alert_id
 from shared.outbox import append
 
@@ -93,19 +93,54 @@ async def resolve_fingerprint(conn: Connection, fingerprint: str, note: str, rou
 
 
 async def _notify(conn: Connection, alert_id: str, event: str, by: str, routing: Routing) -> None:
-    """Queue the change for every receiver the routing picks (same transaction)."""
+    """Queue the change for every receiver the routing picks (same transaction) — or log it
+    as suppressed when a silence or an inhibition covers the alert."""
     row = await conn.fetchrow(SQL.alert_row, alert_id)
     assert row is not None  # changed in this very transaction
     alert = dict(row)
-    for receiver in routing.receivers_for(labels_of(alert)):
+    labels = labels_of(alert)
+    suppressed_by = await _suppression(conn, labels) if event == "firing" else None
+    for receiver in routing.receivers_for(labels):
         body = payload_for(receiver, alert, event, by)
-        if body is not None:
-            await conn.execute(
-                SQL.enqueue_notification,
-                alert_id,
-                event,
-                receiver.name,
-                receiver.kind,
-                url_of(receiver),
-                body,
-            )
+        if body is None:
+            continue
+        if event != "firing":
+            # Only a receiver that was told of the firing hears how it ended.
+            told = await conn.fetchval(SQL.firing_notification_state, alert_id, receiver.name)
+            if told is None or told == "suppressed":
+                continue
+        args = (alert_id, event, receiver.name, receiver.kind, url_of(receiver), body)
+        if suppressed_by is None:
+            await conn.execute(SQL.enqueue_notification, *args)
+        else:
+            await conn.execute(SQL.enqueue_suppressed, *args, suppressed_by)
+
+
+async def _suppression(conn: Connection, labels: dict[str, str]) -> str | None:
+    """Why an alert with these labels must not be sent now, or None."""
+    for row in await conn.fetch(SQL.active_silences):
+        matchers = [Matcher.model_validate(m) for m in row["matchers"]]
+        if all(m.matches(labels) for m in matchers):
+            return f"silenced by {row['id']}"
+    # Inhibition: while a node is unreachable, its other alerts are consequences of that.
+    node = labels.get("node")
+    if node and labels.get("rule") != "NodeUnreachable":
+        unreachable = await conn.fetchval(SQL.open_unreachable_for_node, node)
+        if unreachable is not None:
+            return f"inhibited by {unreachable} (node {node} unreachable)"
+    return None
+
+
+async def apply_silence_request(conn: Connection, request: SilenceRequestedData) -> bool:
+    if request.action == "expire":
+        return await conn.execute(SQL.expire_silence, request.silence_id, request.by) == "UPDATE 1"
+    status = await conn.execute(
+        SQL.create_silence,
+        request.silence_id,
+        [m.model_dump() for m in request.matchers],
+        request.starts_at,
+        request.ends_at,
+        request.by,
+        request.comment,
+    )
+    return bool(status == "INSERT 0 1")

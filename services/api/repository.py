@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,13 +16,16 @@ from shared.events import (
     JobCancelRequested,
     JobSubmitted,
     NodeDrainRequested,
+    SilenceRequested,
 )
 from shared.events.types import (
     AlertActionRequestedData,
     JobCancelRequestedData,
     JobEndedData,
     JobSubmittedData,
+    Matcher,
     NodeDrainRequestedData,
+    SilenceRequestedData,
 )
 from shared.ids import JobId, new_job_id
 from shared.jobs import JobSpec, JobState
@@ -181,3 +185,34 @@ class ApiRepository:
         )
         async with self.db.transaction() as conn:
             await append(conn, event, aggregate=alert_id)
+
+    async def list_silences(self, silence_id: str | None) -> list[dict[str, Any]]:
+        async with self.db.connection() as conn:
+            return [dict(r) for r in await conn.fetch(SQL.list_silences, silence_id)]
+
+    async def request_silence(
+        self,
+        silence_id: str,
+        action: Literal["create", "expire"],
+        by: str,
+        matchers: list[Matcher],
+        starts_at: datetime | None,
+        ends_at: datetime | None,
+        comment: str,
+    ) -> None:
+        """Record a silence's creation or early end as an event; the alerter applies it."""
+        event = SilenceRequested(
+            source=SOURCE,
+            subject=silence_id,
+            data=SilenceRequestedData(
+                silence_id=silence_id,
+                action=action,
+                by=by,
+                matchers=matchers,
+                starts_at=starts_at,
+                ends_at=ends_at,
+                comment=comment,
+            ),
+        )
+        async with self.db.transaction() as conn:
+            await append(conn, event, aggregate=silence_id)

@@ -55,7 +55,7 @@ CREATE TABLE alerter.notifications (
     sent_at timestamp with time zone,
     CONSTRAINT notifications_event_check CHECK ((event = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text]))),
     CONSTRAINT notifications_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'pagerduty'::text]))),
-    CONSTRAINT notifications_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'failed'::text])))
+    CONSTRAINT notifications_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'failed'::text, 'suppressed'::text])))
 );
 CREATE SEQUENCE alerter.notifications_id_seq
     START WITH 1
@@ -64,6 +64,17 @@ CREATE SEQUENCE alerter.notifications_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE alerter.notifications_id_seq OWNED BY alerter.notifications.id;
+CREATE TABLE alerter.silences (
+    id text NOT NULL,
+    matchers jsonb NOT NULL,
+    starts_at timestamp with time zone NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    created_by text NOT NULL,
+    comment text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expired_by text,
+    CONSTRAINT silences_check CHECK ((ends_at > starts_at))
+);
 CREATE TABLE api.jobs (
     id text NOT NULL,
     name text NOT NULL,
@@ -285,6 +296,8 @@ ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_alert_id_event_receiver_key UNIQUE (alert_id, event, receiver);
 ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY alerter.silences
+    ADD CONSTRAINT silences_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
@@ -324,6 +337,7 @@ ALTER TABLE ONLY scheduler.preemptions
 CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions USING btree (alert_id, id);
 CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
 CREATE INDEX notifications_due ON alerter.notifications USING btree (next_attempt_at) WHERE (state = 'pending'::text);
+CREATE INDEX silences_active ON alerter.silences USING btree (ends_at);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
 CREATE INDEX outbox_sent_at ON corral.outbox USING btree (sent_at) WHERE (sent_at IS NOT NULL);

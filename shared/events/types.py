@@ -8,10 +8,11 @@ Subjects follow ``corral.<entity>.<verb>.<key>``: the key is the job id for job 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator
 
 from shared.events.envelope import Envelope
 
@@ -434,6 +435,51 @@ class AlertActionRequested(Envelope):
     subject_prefix: ClassVar[str] = "corral.alert.action_requested"
 
 
+class Matcher(_Data):
+    """One condition on an alert label: ``=`` equals, ``!=`` differs, ``=~`` full regex match."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    op: Literal["=", "!=", "=~"] = "="
+    value: str = Field(max_length=256)
+
+    @field_validator("value")
+    @classmethod
+    def _regex_compiles(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("op") == "=~":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        actual = labels.get(self.name, "")
+        if self.op == "=":
+            return actual == self.value
+        if self.op == "!=":
+            return actual != self.value
+        return re.fullmatch(self.value, actual) is not None
+
+
+class SilenceRequestedData(_Data):
+    silence_id: str
+    action: Literal["create", "expire"]
+    by: str
+    matchers: list[Matcher] = Field(default_factory=list)
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    comment: str = ""
+
+
+class SilenceRequested(Envelope):
+    """An admin's new silence (or its early end), recorded by the API for the alerter."""
+
+    type: Literal["corral.alert.silence_requested.v1"] = "corral.alert.silence_requested.v1"
+    data: SilenceRequestedData
+
+    subject_prefix: ClassVar[str] = "corral.alert.silence_requested"
+
+
 Event = Annotated[
     JobSubmitted
     | JobScheduled
@@ -457,7 +503,8 @@ Event = Annotated[
     | NodeTelemetry
     | AlertFiring
     | AlertChanged
-    | AlertActionRequested,
+    | AlertActionRequested
+    | SilenceRequested,
     Field(discriminator="type"),
 ]
 

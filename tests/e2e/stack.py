@@ -195,3 +195,16 @@ async def wait_state(
             return job
         await asyncio.sleep(0.1)
     raise AssertionError(f"job {job_id} stayed {job.get('state')}, wanted {sorted(wanted)}: {job}")
+
+
+def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``corral`` command as a user runs it, against this stack."""
+    env = {**os.environ, "CORRAL_URL": stack.base_url, "CORRAL_TOKEN": stack.token()}
+    return subprocess.run(  # our own CLI
+        [sys.executable, "-m", "corral", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import asyncpg
 
-from tests.e2e.stack import Stack, submit, wait_state
+from tests.e2e.stack import Stack, corral, submit, wait_state
 from tests.receivers import Receivers
 
 
@@ -70,3 +70,28 @@ async def test_an_alerter_killed_mid_delivery_sends_again_after_restart(
     assert row["attempts"] == 2
     assert row["last_status"] == 200
     assert receivers.bodies("hang")[0] == receivers.bodies("hang")[1]  # the same notification, twice
+
+
+async def test_a_silence_mutes_notifications_until_it_is_lifted(stack: Stack, receivers: Receivers) -> None:
+    _route_job_failures(stack, receivers, "hook")
+    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
+    created = await asyncio.to_thread(
+        corral, stack, "silence", "rule=JobFailed", "--for", "1h", "--comment", "drill"
+    )
+    assert created.returncode == 0, created.stderr
+    silence_id = created.stdout.split(":")[0]
+    await _until(lambda: "active" in corral(stack, "silences").stdout, "the silence", timeout_s=10)
+    async with stack.client() as http:
+        muted = await submit(http, "exit 3")
+        await wait_state(http, muted, {"FAILED"})
+        await asyncio.sleep(2.0)
+        assert receivers.bodies("hook") == []
+        alerts = (await http.get("/api/v1/alerts")).json()["items"]
+        assert [a["labels"]["job"] for a in alerts] == [muted]  # still stored and listed
+        lifted = await asyncio.to_thread(corral, stack, "unsilence", silence_id)
+        assert lifted.returncode == 0, lifted.stderr
+        await _until(lambda: "expired" in corral(stack, "silences").stdout, "the expiry", timeout_s=10)
+        heard = await submit(http, "exit 3")
+        await wait_state(http, heard, {"FAILED"})
+        await _until(lambda: bool(receivers.bodies("hook")), "the webhook")
+    assert [b["alerts"][0]["labels"]["job"] for b in receivers.bodies("hook")] == [heard]

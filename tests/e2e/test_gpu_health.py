@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
 import asyncpg
 import httpx
 
-from tests.e2e.stack import HOLD, Stack, submit, wait_state
+from tests.e2e.stack import HOLD, Stack, corral, submit, wait_state
 
 ENDS = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
@@ -46,19 +43,6 @@ async def _alert(stack: Stack, rule: str, timeout_s: float = 10.0) -> dict[str, 
     finally:
         await conn.close()
     raise AssertionError(f"no {rule} alert within {timeout_s}s")
-
-
-def corral(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    """The ``corral`` command as a user runs it, against this stack."""
-    env = {**os.environ, "CORRAL_URL": stack.base_url, "CORRAL_TOKEN": stack.token()}
-    return subprocess.run(  # our own CLI
-        [sys.executable, "-m", "corral", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 async def _alert_state(

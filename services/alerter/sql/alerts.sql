@@ -63,3 +63,30 @@ WHERE id = $1;
 UPDATE alerter.notifications
 SET state = 'failed', last_status = $2, last_error = $3
 WHERE id = $1;
+
+-- name: enqueue_suppressed
+-- The notification log keeps what was not sent, and why.
+INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload, state, last_error)
+VALUES ($1, $2, $3, $4, $5, $6, 'suppressed', $7)
+ON CONFLICT (alert_id, event, receiver) DO NOTHING;
+
+-- name: firing_notification_state
+SELECT state FROM alerter.notifications WHERE alert_id = $1 AND event = 'firing' AND receiver = $2;
+
+-- name: active_silences
+SELECT id, matchers FROM alerter.silences WHERE starts_at <= now() AND ends_at > now() ORDER BY id;
+
+-- name: open_unreachable_for_node
+SELECT id FROM alerter.alerts
+WHERE rule = 'NodeUnreachable' AND labels->>'node' = $1 AND state <> 'resolved'
+LIMIT 1;
+
+-- name: create_silence
+INSERT INTO alerter.silences (id, matchers, starts_at, ends_at, created_by, comment)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: expire_silence
+UPDATE alerter.silences
+SET ends_at = now(), starts_at = least(starts_at, now() - interval '1 millisecond'), expired_by = $2
+WHERE id = $1 AND ends_at > now();

@@ -13,3 +13,11 @@ LIMIT $4;
 -- name: alert_transitions
 SELECT at, from_state, to_state, actor, note
 FROM alerter.alert_transitions WHERE alert_id = $1 ORDER BY id;
+
+-- name: list_silences
+SELECT id, matchers, starts_at, ends_at, created_by, comment, created_at, expired_by,
+       CASE WHEN ends_at <= now() THEN 'expired' WHEN starts_at > now() THEN 'pending' ELSE 'active' END AS status
+FROM alerter.silences
+WHERE $1::text IS NULL OR id = $1
+ORDER BY created_at DESC, id DESC
+LIMIT 500;

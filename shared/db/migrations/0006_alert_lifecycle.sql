@@ -33,7 +33,8 @@ CREATE TABLE alerter.notifications (
     kind text NOT NULL CHECK (kind IN ('webhook', 'slack', 'pagerduty')),
     url text NOT NULL,
     payload jsonb NOT NULL,
-    state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed')),
+    -- suppressed: never sent, because a silence or an inhibition covered it (last_error says which)
+    state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed', 'suppressed')),
     attempts integer NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
     last_status integer,
@@ -43,3 +44,19 @@ CREATE TABLE alerter.notifications (
     UNIQUE (alert_id, event, receiver)
 );
 CREATE INDEX notifications_due ON alerter.notifications (next_attempt_at) WHERE state = 'pending';
+
+-- Silences: matchers on alert labels and a time window (a maintenance window is a
+-- silence that starts later). An alert a silence covers is still stored and listed; its
+-- notifications are suppressed.
+CREATE TABLE alerter.silences (
+    id text PRIMARY KEY,
+    matchers jsonb NOT NULL,  -- [{"name": "node", "op": "=", "value": "gpu-7"}, ...]
+    starts_at timestamptz NOT NULL,
+    ends_at timestamptz NOT NULL,
+    created_by text NOT NULL,
+    comment text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    expired_by text,
+    CHECK (ends_at > starts_at)
+);
+CREATE INDEX silences_active ON alerter.silences (ends_at);
