@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 
 from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
+from services.alerter.repository import escalate_due
 from services.alerter.routing import RoutingFile
 from services.alerter.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.service import every, run_service, service_resources
+
+log = logging.getLogger(__name__)
 
 
 async def serve(settings: Settings) -> None:
@@ -24,6 +28,14 @@ async def serve(settings: Settings) -> None:
         async def reload_routing() -> None:
             routing.reload()
 
+        async def escalate() -> None:
+            async with res.db.transaction() as conn:
+                escalated = await escalate_due(conn, routing.routing)
+            for alert_id, receiver in escalated:
+                log.warning("alert %s not acknowledged in time: escalated to %s", alert_id, receiver)
+            if escalated:
+                deliverer.wake.set()
+
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             for consumer in (JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
@@ -31,6 +43,7 @@ async def serve(settings: Settings) -> None:
                 tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=consumer.durable)
             tg.create_task(deliverer.run(), name="delivery")
             tg.create_task(every(config.routing_check_s, reload_routing, "routing reload"), name="routing")
+            tg.create_task(every(config.escalation_check_s, escalate, "escalation"), name="escalation")
 
 
 def main() -> int:

@@ -144,3 +144,28 @@ async def apply_silence_request(conn: Connection, request: SilenceRequestedData)
         request.comment,
     )
     return bool(status == "INSERT 0 1")
+
+
+async def escalate_due(conn: Connection, routing: Routing) -> list[tuple[str, str]]:
+    """Queue the escalation of alerts not acknowledged in time; returns (alert, receiver)
+    pairs newly escalated. Runs periodically; the notification's unique key makes a
+    repeated run harmless, and a silenced or inhibited alert escalates to nobody."""
+    escalated = []
+    for row in await conn.fetch(SQL.firing_alerts):
+        alert = dict(row)
+        labels = labels_of(alert)
+        escalation = routing.escalation_for(labels)
+        if escalation is None or alert["age_s"] < escalation[0]:
+            continue
+        if await _suppression(conn, labels) is not None:
+            continue
+        for receiver in escalation[1]:
+            body = payload_for(receiver, alert, "firing", "alerter")
+            if body is None:
+                continue
+            args = (alert["id"], "firing", receiver.name, receiver.kind, url_of(receiver), body)
+            if await conn.execute(SQL.enqueue_notification, *args) == "INSERT 0 1":
+                note = f"not acknowledged in {escalation[0]:.0f}s: escalated to {receiver.name}"
+                await conn.execute(SQL.record_transition, alert["id"], "firing", "firing", "alerter", note)
+                escalated.append((alert["id"], receiver.name))
+    return escalated

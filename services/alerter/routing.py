@@ -12,6 +12,7 @@
       routes:                        # the first child whose `match` fits wins
         - match: {severity: critical}
           receivers: [oncall, team-chat]
+          escalate: {after_s: 900, to: [oncall-lead]}   # not acknowledged in 15 min
 
 An alert's labels are its own plus ``rule`` and ``severity``. The file is re-read when it
 changes; one that does not validate is refused with the line and field at fault, and the
@@ -64,21 +65,37 @@ class Receiver(_Strict):
         return "webhook" if self.webhook else "slack" if self.slack else "pagerduty"
 
 
+class Escalation(_Strict):
+    """Not acknowledged (nor resolved) within ``after_s``: also tell these receivers."""
+
+    after_s: float = Field(gt=0, le=7 * 86_400)
+    to: list[str] = Field(min_length=1)
+
+
 class Route(_Strict):
     match: dict[str, str] = Field(default_factory=dict)
     receiver: str | None = None
     receivers: list[str] = Field(default_factory=list)
+    escalate: Escalation | None = None
     routes: list[Route] = Field(default_factory=list)
 
     @property
     def targets(self) -> list[str]:
         return [*([self.receiver] if self.receiver else []), *self.receivers]
 
-    def pick(self, labels: dict[str, str]) -> list[str]:
+    def path(self, labels: dict[str, str]) -> list[Route]:
+        """This route and the matching children below it, outermost first."""
         for child in self.routes:
             if all(labels.get(k) == v for k, v in child.match.items()):
-                return child.pick(labels) or self.targets
-        return self.targets
+                return [self, *child.path(labels)]
+        return [self]
+
+    def pick(self, labels: dict[str, str]) -> list[str]:
+        """The receivers of the deepest matching route that names any."""
+        for route in reversed(self.path(labels)):
+            if route.targets:
+                return route.targets
+        return []
 
 
 class Routing(_Strict):
@@ -99,9 +116,18 @@ class Routing(_Strict):
         by_name = {r.name: r for r in self.receivers}
         return [by_name[name] for name in dict.fromkeys(self.route.pick(labels))]
 
+    def escalation_for(self, labels: dict[str, str]) -> tuple[float, list[Receiver]] | None:
+        """The deepest matching route's escalation: after how long, to whom."""
+        by_name = {r.name: r for r in self.receivers}
+        for route in reversed(self.route.path(labels)):
+            if route.escalate is not None:
+                return route.escalate.after_s, [by_name[name] for name in route.escalate.to]
+        return None
+
 
 def _all_targets(route: Route) -> list[str]:
-    return [*route.targets, *(t for child in route.routes for t in _all_targets(child))]
+    escalation = route.escalate.to if route.escalate else []
+    return [*route.targets, *escalation, *(t for child in route.routes for t in _all_targets(child))]
 
 
 class RoutingError(ValueError):

@@ -16,6 +16,7 @@ class AlerterSettings(BaseSettings):
     # Receivers and the route tree (services/alerter/routing.py); re-read when it changes.
     routing_file: Path | None = None
     routing_check_s: float = Field(default=2.0, gt=0)
+    escalation_check_s: float = Field(default=5.0, gt=0)
     delivery_interval_s: float = Field(default=1.0, gt=0)
     # Per request: a receiver that hangs costs this much, and only its own notification.
     delivery_timeout_s: float = Field(default=5.0, gt=0)

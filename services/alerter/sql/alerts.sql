@@ -90,3 +90,9 @@ ON CONFLICT (id) DO NOTHING;
 UPDATE alerter.silences
 SET ends_at = now(), starts_at = least(starts_at, now() - interval '1 millisecond'), expired_by = $2
 WHERE id = $1 AND ends_at > now();
+
+-- name: firing_alerts
+-- Alerts nobody has acknowledged yet, with how long they have been firing.
+SELECT id, rule, fingerprint, severity, state, summary, labels, started_at, resolved_at,
+       extract(epoch FROM now() - started_at)::float8 AS age_s
+FROM alerter.alerts WHERE state = 'firing' ORDER BY started_at;
