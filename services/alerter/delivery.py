@@ -3,7 +3,7 @@
 Each round claims the due rows (a lease: ``claim_notifications``), sends them all at once,
 each with its own timeout, and records each outcome:
 
-- 2xx: sent;
+- 2xx (SMTP: accepted): sent;
 - 5xx, 429, a timeout or a connection error: retried after 1, 2, 4 ... s (at most
   ``max_backoff_s``), for ``give_up_after_s`` (a day) before it is marked failed;
 - any other 4xx: failed at once (the receiver said the request itself is wrong).
@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import smtplib
 from datetime import UTC, datetime
+from email.message import EmailMessage
 from typing import Any
 
 import httpx
@@ -58,13 +60,22 @@ class Deliverer:
 
     async def _deliver(self, row: dict[str, Any]) -> None:
         status: int | None = None
+        timeout_s = self._settings.delivery_timeout_s
         try:
-            response = await self._http.post(
-                row["url"], json=row["payload"], timeout=self._settings.delivery_timeout_s
-            )
-            status = response.status_code
-            error = None if response.is_success else f"HTTP {status}: {response.text[:200]}"
-        except httpx.HTTPError as exc:
+            if row["kind"] == "email":
+                await asyncio.wait_for(
+                    asyncio.to_thread(send_email, row["url"], row["payload"], timeout_s), timeout_s + 1
+                )
+                status, error = 250, None
+            else:
+                response = await self._http.post(row["url"], json=row["payload"], timeout=timeout_s)
+                status = response.status_code
+                error = None if response.is_success else f"HTTP {status}: {response.text[:200]}"
+        except smtplib.SMTPResponseException as exc:
+            # SMTP's own codes: 4xx means try again later, 5xx never (mapped onto HTTP's sense).
+            status = 400 if exc.smtp_code >= 500 else 503
+            error = f"SMTP {exc.smtp_code}: {exc.smtp_error!r}"[:300]
+        except (httpx.HTTPError, smtplib.SMTPException, OSError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
         async with self._db.transaction() as conn:
             if error is None:
@@ -81,3 +92,18 @@ class Deliverer:
                 "notification %s to %s: %s; again in %.0fs", row["id"], row["receiver"], error, backoff
             )
             await conn.execute(SQL.notification_retry, row["id"], backoff, status, error)
+
+
+def send_email(url: str, message: dict[str, Any], timeout_s: float) -> None:
+    """Blocking SMTP send (run in a thread); ``url`` is ``smtp[+starttls]://host:port``."""
+    scheme, _, address = url.partition("://")
+    host, _, port = address.rpartition(":")
+    email = EmailMessage()
+    email["From"] = message["from"]
+    email["To"] = ", ".join(message["to"])
+    email["Subject"] = message["subject"]
+    email.set_content(message["body"])
+    with smtplib.SMTP(host, int(port), timeout=timeout_s) as smtp:
+        if scheme == "smtp+starttls":
+            smtp.starttls()
+        smtp.send_message(email)

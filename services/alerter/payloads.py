@@ -4,7 +4,8 @@
   Alertmanager sends), so tools written for Alertmanager work unchanged;
 - ``pagerduty``: Events API v2 — ``trigger`` / ``acknowledge`` / ``resolve`` with the
   alert's fingerprint as ``dedup_key``, so PagerDuty folds them into one incident;
-- ``slack``: an incoming-webhook message (``text``), any change.
+- ``slack``: an incoming-webhook message (``text``), any change;
+- ``email``: a plain-text message over SMTP, any change.
 """
 
 from __future__ import annotations
@@ -73,10 +74,23 @@ def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) 
     verb = {"firing": "FIRING", "acknowledged": f"acknowledged by {by}", "resolved": f"resolved ({by})"}[
         event
     ]
-    return {"text": f"[{alert['severity'].upper()}] {alert['rule']}: {alert['summary']} — {verb}"}
+    line = f"[{alert['severity'].upper()}] {alert['rule']}: {alert['summary']} — {verb}"
+    if receiver.email is not None:
+        details = "\n".join(f"  {k}: {v}" for k, v in sorted(labels.items()))
+        return {
+            "from": receiver.email.from_address,
+            "to": receiver.email.to,
+            "subject": line[:200],
+            "body": f"{line}\n\nAlert {alert['id']} ({alert['fingerprint']}), firing since "
+            f"{_iso(alert['started_at'])}.\n\nLabels:\n{details}\n",
+        }
+    return {"text": line}
 
 
 def url_of(receiver: Receiver) -> str:
+    if receiver.email is not None:
+        scheme = "smtp+starttls" if receiver.email.starttls else "smtp"
+        return f"{scheme}://{receiver.email.smtp_host}:{receiver.email.smtp_port}"
     target = receiver.webhook or receiver.slack or receiver.pagerduty
     assert target is not None  # one of them, by validation
     return str(target.url)

@@ -7,6 +7,8 @@
         slack: {url: "https://hooks.slack.com/services/..."}
       - name: tooling
         webhook: {url: "http://tooling.internal/alertmanager"}
+      - name: oncall-lead
+        email: {to: [lead@example.com], from_address: corral@example.com, smtp_host: smtp.internal}
     route:
       receiver: team-chat            # the default
       routes:                        # the first child whose `match` fits wins
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,24 +48,48 @@ class PagerDutyTarget(_Strict):
     url: HttpUrl = HttpUrl("https://events.pagerduty.com/v2/enqueue")
 
 
+EMAIL = r"^[^@\s]+@[^@\s]+$"
+KINDS = ("webhook", "slack", "pagerduty", "email")
+
+
+class EmailTarget(_Strict):
+    to: list[str] = Field(min_length=1, max_length=20)
+    from_address: str = Field(pattern=EMAIL)
+    smtp_host: str = Field(min_length=1, max_length=253)
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    starttls: bool = False
+
+    @model_validator(mode="after")
+    def _addresses(self) -> EmailTarget:
+        bad = [a for a in self.to if not re.match(EMAIL, a)]
+        if bad:
+            raise ValueError(f"not e-mail addresses: {bad}")
+        return self
+
+
 class Receiver(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     webhook: WebhookTarget | None = None
     slack: WebhookTarget | None = None
     pagerduty: PagerDutyTarget | None = None
+    email: EmailTarget | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Receiver:
-        kinds = [k for k in ("webhook", "slack", "pagerduty") if getattr(self, k) is not None]
+        kinds = [k for k in KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError(
-                f"a receiver has exactly one of webhook, slack, pagerduty (this one has {kinds or 'none'})"
+                f"a receiver has exactly one of {', '.join(KINDS)} (this one has {kinds or 'none'})"
             )
         return self
 
     @property
-    def kind(self) -> Literal["webhook", "slack", "pagerduty"]:
-        return "webhook" if self.webhook else "slack" if self.slack else "pagerduty"
+    def kind(self) -> Literal["webhook", "slack", "pagerduty", "email"]:
+        if self.webhook:
+            return "webhook"
+        if self.slack:
+            return "slack"
+        return "pagerduty" if self.pagerduty else "email"
 
 
 class Escalation(_Strict):
@@ -135,18 +162,19 @@ class RoutingError(ValueError):
 
 
 def _line_of(document: yaml.Node, loc: tuple[int | str, ...]) -> int | None:
-    """The 1-based line of the YAML node at a pydantic error location."""
-    node: yaml.Node | None = document
+    """The 1-based line of the YAML node at a pydantic error location (for a missing
+    field, the line of the mapping that lacks it)."""
+    node: yaml.Node = document
     for part in loc:
+        child: yaml.Node | None = None
         if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if k.value == part), None)
+            child = next((v for k, v in node.value if k.value == part), None)
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
+            child = node.value[part]
+        if child is None:
             break
-        if node is None:
-            return None
-    return node.start_mark.line + 1 if node is not None else None
+        node = child
+    return node.start_mark.line + 1
 
 
 def parse_routing(text: str, source: str = "routing") -> Routing:

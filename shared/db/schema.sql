@@ -54,7 +54,7 @@ CREATE TABLE alerter.notifications (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     sent_at timestamp with time zone,
     CONSTRAINT notifications_event_check CHECK ((event = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text]))),
-    CONSTRAINT notifications_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'pagerduty'::text]))),
+    CONSTRAINT notifications_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'pagerduty'::text, 'email'::text]))),
     CONSTRAINT notifications_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'failed'::text, 'suppressed'::text])))
 );
 CREATE SEQUENCE alerter.notifications_id_seq

@@ -43,7 +43,11 @@ def test_routes_pick_the_first_matching_child_else_the_default() -> None:
     [
         (GOOD.replace("routing_key: abc", "routing_key: ''"), "line 3, receivers.0.pagerduty.routing_key"),
         (GOOD.replace('url: "http://127.0.0.1:9/slack"', "url: not-a-url"), "line 5, receivers.1.slack.url"),
-        (GOOD.replace("    webhook:", "    email:"), "line 7, receivers.2.email: Extra inputs"),
+        (GOOD.replace("    webhook:", "    sms:"), "line 7, receivers.2.sms: Extra inputs"),
+        (
+            GOOD.replace("    webhook: {url:", "    email: {to: [x@y.z], url:"),
+            "line 7, receivers.2.email.from_address: Field required",
+        ),
         (GOOD.replace("receivers: [oncall, chat]", "receivers: [oncall, pager]"), "not defined: ['pager']"),
         ("receivers: [\n", "not valid YAML"),
     ],

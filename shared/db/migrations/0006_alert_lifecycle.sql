@@ -30,7 +30,7 @@ CREATE TABLE alerter.notifications (
     alert_id text NOT NULL REFERENCES alerter.alerts (id),
     event text NOT NULL CHECK (event IN ('firing', 'acknowledged', 'resolved')),
     receiver text NOT NULL,
-    kind text NOT NULL CHECK (kind IN ('webhook', 'slack', 'pagerduty')),
+    kind text NOT NULL CHECK (kind IN ('webhook', 'slack', 'pagerduty', 'email')),
     url text NOT NULL,
     payload jsonb NOT NULL,
     -- suppressed: never sent, because a silence or an inhibition covered it (last_error says which)
