@@ -156,6 +156,7 @@ class Supervisor:
             "CORRAL_EXPORTER_FAULTS_FILE": str(self.config.home / "gpu-faults.yaml"),
             # Where alerts are sent (receivers and routes); re-read when it changes.
             "CORRAL_ALERTER_ROUTING_FILE": str(self.config.home / "routing.yaml"),
+            "CORRAL_ALERTER_RULES_FILE": str(self.config.home / "alert-rules.yaml"),
             **os.environ,
             **self.config.extra_env,
             "CORRAL_HOME": str(self.config.home),

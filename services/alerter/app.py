@@ -7,11 +7,14 @@ import logging
 
 import httpx
 
+from services.alerter.conditions import reconcile_conditions
 from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
 from services.alerter.repository import escalate_due
 from services.alerter.routing import RoutingFile
+from services.alerter.rule_config import AlertRules, default_rules
 from services.alerter.settings import Settings
+from services.alerter.yamlconfig import WatchedFile
 from shared.bus import ConsumerSpec, run_consumer
 from shared.service import every, run_service, service_resources
 
@@ -21,12 +24,21 @@ log = logging.getLogger(__name__)
 async def serve(settings: Settings) -> None:
     config = settings.alerter
     routing = RoutingFile(config.routing_file)
+    rules = WatchedFile(AlertRules, config.rules_file, default_rules(), "alert rules")
     async with service_resources("alerter", settings.common) as res, httpx.AsyncClient() as http:
         deliverer = Deliverer(res.db, config, http)
-        handlers = AlerterHandlers(res.db, routing, deliverer.wake)
+        handlers = AlerterHandlers(res.db, routing, rules, deliverer.wake)
 
-        async def reload_routing() -> None:
+        async def reload_files() -> None:
             routing.reload()
+            rules.reload()
+
+        async def check_conditions() -> None:
+            async with res.db.transaction() as conn:
+                opened, resolved = await reconcile_conditions(conn, rules.current, routing.routing)
+            if opened or resolved:
+                log.info("condition alerts: %d opened, %d resolved", len(opened), len(resolved))
+                deliverer.wake.set()
 
         async def escalate() -> None:
             async with res.db.transaction() as conn:
@@ -42,7 +54,10 @@ async def serve(settings: Settings) -> None:
                 spec = ConsumerSpec(consumer, handlers.handle)
                 tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=consumer.durable)
             tg.create_task(deliverer.run(), name="delivery")
-            tg.create_task(every(config.routing_check_s, reload_routing, "routing reload"), name="routing")
+            tg.create_task(every(config.routing_check_s, reload_files, "configuration reload"), name="reload")
+            tg.create_task(
+                every(config.conditions_check_s, check_conditions, "condition rules"), name="conditions"
+            )
             tg.create_task(every(config.escalation_check_s, escalate, "escalation"), name="escalation")
 
 

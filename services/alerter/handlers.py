@@ -13,7 +13,9 @@ from services.alerter.repository import (
     resolve_fingerprint,
 )
 from services.alerter.routing import RoutingFile
+from services.alerter.rule_config import AlertRules
 from services.alerter.rules import draft_for, resolutions
+from services.alerter.yamlconfig import WatchedFile
 from shared.bus import ConsumerConfig
 from shared.bus.streams import ALERTS, JOBS, NODES
 from shared.db.pool import Database
@@ -43,13 +45,20 @@ ALERT_ACTIONS = ConsumerConfig(
 
 
 class AlerterHandlers:
-    def __init__(self, db: Database, routing: RoutingFile, delivered: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        routing: RoutingFile,
+        rules: WatchedFile[AlertRules],
+        delivered: asyncio.Event | None = None,
+    ) -> None:
         self._db = db
         self._routing = routing
+        self._rules = rules
         self._wake_delivery = delivered or asyncio.Event()
 
     async def handle(self, event: Event) -> None:
-        draft = draft_for(event)
+        draft = draft_for(event, self._rules.current.events)
         ends = resolutions(event)
         action = event.data if isinstance(event, AlertActionRequested) else None
         silence = event.data if isinstance(event, SilenceRequested) else None

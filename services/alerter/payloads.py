@@ -42,13 +42,13 @@ def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) 
             "receiver": receiver.name,
             "groupLabels": {"rule": alert["rule"]},
             "commonLabels": labels,
-            "commonAnnotations": {"summary": alert["summary"]},
+            "commonAnnotations": {"summary": alert["summary"], **alert["annotations"]},
             "externalURL": "",
             "alerts": [
                 {
                     "status": status,
                     "labels": labels,
-                    "annotations": {"summary": alert["summary"]},
+                    "annotations": {"summary": alert["summary"], **alert["annotations"]},
                     "startsAt": _iso(alert["started_at"]),
                     "endsAt": _iso(alert["resolved_at"] if status == "resolved" else None),
                     "generatorURL": "",
@@ -68,7 +68,7 @@ def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) 
                 "source": labels.get("node") or labels.get("job") or "corral",
                 "severity": alert["severity"],
                 "component": alert["rule"],
-                "custom_details": labels,
+                "custom_details": {**labels, **alert["annotations"]},
             }
         return body
     verb = {"firing": "FIRING", "acknowledged": f"acknowledged by {by}", "resolved": f"resolved ({by})"}[

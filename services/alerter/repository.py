@@ -29,6 +29,7 @@ async def open_alert(conn: Connection, draft: AlertDraft, routing: Routing) -> s
         draft.severity,
         draft.summary,
         draft.labels,
+        draft.annotations,
     )
     if alert_id is None:
         return None

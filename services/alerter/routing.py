@@ -23,14 +23,14 @@ routing in force stays. No file: alerts are stored and listed, and sent nowhere.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+
+from services.alerter.yamlconfig import ConfigError, WatchedFile, parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -157,72 +157,19 @@ def _all_targets(route: Route) -> list[str]:
     return [*route.targets, *escalation, *(t for child in route.routes for t in _all_targets(child))]
 
 
-class RoutingError(ValueError):
-    """A routing file that cannot be used; the message names the line and field."""
-
-
-def _line_of(document: yaml.Node, loc: tuple[int | str, ...]) -> int | None:
-    """The 1-based line of the YAML node at a pydantic error location (for a missing
-    field, the line of the mapping that lacks it)."""
-    node: yaml.Node = document
-    for part in loc:
-        child: yaml.Node | None = None
-        if isinstance(node, yaml.MappingNode):
-            child = next((v for k, v in node.value if k.value == part), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            child = node.value[part]
-        if child is None:
-            break
-        node = child
-    return node.start_mark.line + 1
+RoutingError = ConfigError
 
 
 def parse_routing(text: str, source: str = "routing") -> Routing:
-    try:
-        document = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RoutingError(f"{source}: not valid YAML: {exc}") from exc
-    try:
-        return Routing.model_validate(raw or {})
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"]) or "(top level)"
-            line = _line_of(document, error["loc"]) if document is not None else None
-            where = f"line {line}, " if line else ""
-            problems.append(f"{source}: {where}{field}: {error['msg']}")
-        raise RoutingError("\n".join(problems)) from exc
+    return parse_yaml(Routing, text, source)
 
 
-class RoutingFile:
+class RoutingFile(WatchedFile[Routing]):
     """The routing in force, re-read from its file when the file changes."""
 
     def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.routing = Routing()
-        self.error: str | None = None
-        self._digest = b""
-        self.reload()
+        super().__init__(Routing, path, Routing(), "routing")
 
-    def reload(self) -> bool:
-        """Pick up a changed file; True if new routing is now in force."""
-        if self.path is None:
-            return False
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            text = ""
-        digest = hashlib.sha256(text.encode()).digest()
-        if digest == self._digest:
-            return False
-        self._digest = digest
-        try:
-            routing = parse_routing(text, str(self.path))
-        except RoutingError as exc:
-            self.error = str(exc)
-            log.error("routing file refused; the routing in force stays:\n%s", exc)
-            return False
-        self.routing, self.error = routing, None
-        log.info("routing in force: %d receivers", len(routing.receivers))
-        return True
+    @property
+    def routing(self) -> Routing:
+        return self.current

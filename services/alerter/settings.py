@@ -16,6 +16,10 @@ class AlerterSettings(BaseSettings):
     # Receivers and the route tree (services/alerter/routing.py); re-read when it changes.
     routing_file: Path | None = None
     routing_check_s: float = Field(default=2.0, gt=0)
+    # Severities, runbooks and condition thresholds (services/alerter/alert_rules.yaml is
+    # the default); re-read with the routing file.
+    rules_file: Path | None = None
+    conditions_check_s: float = Field(default=15.0, gt=0)
     escalation_check_s: float = Field(default=5.0, gt=0)
     delivery_interval_s: float = Field(default=1.0, gt=0)
     # Per request: a receiver that hangs costs this much, and only its own notification.

@@ -31,6 +31,7 @@ CREATE TABLE alerter.alerts (
     labels jsonb NOT NULL,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    annotations jsonb DEFAULT '{}'::jsonb NOT NULL,
     acknowledged_by text,
     acknowledged_at timestamp with time zone,
     resolved_by text,

@@ -1,7 +1,7 @@
 -- name: open_alert
 -- At most one open alert per fingerprint (a unique partial index): a repeat is a no-op.
-INSERT INTO alerter.alerts (id, rule, fingerprint, severity, state, summary, labels)
-VALUES ($1, $2, $3, $4, 'firing', $5, $6)
+INSERT INTO alerter.alerts (id, rule, fingerprint, severity, state, summary, labels, annotations)
+VALUES ($1, $2, $3, $4, 'firing', $5, $6, $7)
 ON CONFLICT (fingerprint) WHERE state <> 'resolved' DO NOTHING
 RETURNING id;
 
@@ -29,7 +29,7 @@ RETURNING a.id, a.rule, a.fingerprint, before.state AS previous_state;
 SELECT id FROM alerter.alerts WHERE fingerprint = $1 AND state <> 'resolved';
 
 -- name: alert_row
-SELECT id, rule, fingerprint, severity, state, summary, labels, started_at, resolved_at,
+SELECT id, rule, fingerprint, severity, state, summary, labels, annotations, started_at, resolved_at,
        acknowledged_by, resolved_by
 FROM alerter.alerts WHERE id = $1;
 
@@ -93,6 +93,31 @@ WHERE id = $1 AND ends_at > now();
 
 -- name: firing_alerts
 -- Alerts nobody has acknowledged yet, with how long they have been firing.
-SELECT id, rule, fingerprint, severity, state, summary, labels, started_at, resolved_at,
+SELECT id, rule, fingerprint, severity, state, summary, labels, annotations, started_at, resolved_at,
        extract(epoch FROM now() - started_at)::float8 AS age_s
 FROM alerter.alerts WHERE state = 'firing' ORDER BY started_at;
+
+-- name: jobs_pending_longer_than
+SELECT id, name, username, virtual_cluster, total_gpus, extract(epoch FROM now() - updated_at)::float8 AS age_s
+FROM api.jobs
+WHERE state = 'PENDING' AND updated_at < now() - make_interval(secs => $1)
+ORDER BY updated_at
+LIMIT 1000;
+
+-- name: idle_jobs
+-- Running jobs whose every GPU stayed under $2 % for the last $1 s (history buckets of
+-- 10 s covering at least 80 % of the window: no history, no verdict).
+SELECT a.job_id, min(a.node_id) AS node_id, count(DISTINCT (a.node_id, g.gpu)) AS gpus,
+       max(h.utilization_max) AS util_max
+FROM launcher.attempts a
+CROSS JOIN LATERAL unnest(a.gpu_indices) AS g(gpu)
+JOIN monitor.gpu_history h
+  ON h.resolution_s = 10 AND h.node_id = a.node_id AND h.gpu_index = g.gpu
+ AND h.bucket >= now() - make_interval(secs => $1)
+WHERE a.state = 'RUNNING' AND a.started_at <= now() - make_interval(secs => $1)
+GROUP BY a.job_id
+HAVING max(h.utilization_max) < $2
+   AND count(h.bucket) >= 0.8 * ($1 / 10.0) * count(DISTINCT (a.node_id, g.gpu));
+
+-- name: open_condition_alerts
+SELECT id, fingerprint FROM alerter.alerts WHERE rule = ANY($1::text[]) AND state <> 'resolved';

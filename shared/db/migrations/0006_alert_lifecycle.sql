@@ -5,6 +5,7 @@
 -- is heard again, an admin undrains it) resolves its alert on its own.
 
 ALTER TABLE alerter.alerts
+    ADD COLUMN annotations jsonb NOT NULL DEFAULT '{}',  -- e.g. runbook_url, from the rules file
     ADD COLUMN acknowledged_by text,
     ADD COLUMN acknowledged_at timestamptz,
     ADD COLUMN resolved_by text,

@@ -1,0 +1,46 @@
+"""The alert rules file: the shipped defaults, validation naming line and field, hot reload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.alerter.rule_config import AlertRules, default_rules
+from services.alerter.rules import draft_for
+from services.alerter.yamlconfig import WatchedFile
+from shared.events import JobFailed
+from shared.events.types import JobEndedData
+
+
+def test_the_shipped_rules_load_and_give_severities_and_runbooks() -> None:
+    rules = default_rules()
+    assert rules.conditions.gpu_idle.enabled
+    assert rules.conditions.gpu_idle.below_pct == 5
+    failed = JobFailed(
+        source="corral/launcher",
+        subject="job-1",
+        data=JobEndedData(job_id="job-1", generation=1, reason="exit 3"),
+    )
+    draft = draft_for(failed, rules.events)
+    assert draft is not None
+    assert draft.severity == "warning"
+    assert draft.annotations == {"runbook_url": "https://corral.dev/runbooks/job-failed"}
+
+
+def test_a_bad_rules_file_is_refused_and_a_good_one_replaces_the_rules(tmp_path: Path) -> None:
+    path = tmp_path / "alert-rules.yaml"
+    live = WatchedFile(AlertRules, path, default_rules(), "alert rules")
+    assert live.current == default_rules()  # no file: the shipped rules
+    path.write_text(
+        "events:\n  job_failed: {severity: critical}\nconditions:\n  gpu_idle: {below_pct: 500}\n"
+    )
+    assert not live.reload()
+    assert live.error is not None
+    assert "line 4, conditions.gpu_idle.below_pct" in live.error
+    assert live.current == default_rules()
+    path.write_text(
+        "events:\n  job_failed: {severity: critical}\n"
+        "conditions:\n  gpu_idle: {enabled: false, severity: info}\n"
+    )
+    assert live.reload()
+    assert live.current.events.job_failed.severity == "critical"
+    assert not live.current.conditions.gpu_idle.enabled
