@@ -30,6 +30,7 @@ from services.monitor.repository import (
     check_health,
     gpu_owners,
     inventory,
+    lock_nodes,
     register_nodes,
     touch_nodes,
     write_history,
@@ -119,11 +120,12 @@ class HeartbeatIngest:
         registered: dict[str, _Registered] = {}
         try:
             async with self._db.transaction() as conn:
-                for node_id, expected in (await register_nodes(conn, new)).items():
+                states = await lock_nodes(conn, [*(d.node_id for d in new), *untouched, *health_due])
+                for node_id, expected in (await register_nodes(conn, new, states)).items():
                     registered[node_id] = _Registered(inventory(fresh[node_id]), expected)
                 for node_id in await touch_nodes(conn, list(untouched.values())):
                     log.info("node %s is heard again; READY", node_id)
-                for data in health_due.values():
+                for _, data in sorted(health_due.items()):
                     for f in await check_health(conn, data, self._rules):
                         log.warning("node %s: %s -> %s", data.node_id, f.detail, f.action)
         except BaseException:
@@ -139,8 +141,11 @@ class HeartbeatIngest:
             self._last_touch = now
         _say_if_slow("heartbeat flush", started, f"{len(new)} registered, {len(untouched)} touched")
         for node_id, data in health_due.items():
-            expected = self._registered[node_id].expected_gpus if node_id in self._registered else 0
-            self._health_seen[node_id] = suspicious(data.gpus, expected)
+            if node_id not in self._registered:
+                # Not stored yet (registration comes in slices): check it once it is.
+                self._health_due.setdefault(node_id, data)
+                continue
+            self._health_seen[node_id] = suspicious(data.gpus, self._registered[node_id].expected_gpus)
 
     def _needs_registration(self, data: NodeTelemetryData) -> bool:
         known = self._registered.get(data.node_id)

@@ -43,13 +43,23 @@ def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
     )
 
 
-async def register_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> dict[str, int]:
+async def lock_nodes(conn: Connection, node_ids: Iterable[str]) -> dict[str, str]:
+    """Lock these nodes' rows (in id order); their liveness states, for those that exist."""
+    return {r["id"]: r["state"] for r in await conn.fetch(SQL.lock_nodes, sorted(set(node_ids)))}
+
+
+async def register_nodes(
+    conn: Connection, heartbeats: Sequence[NodeTelemetryData], states: dict[str, str] | None = None
+) -> dict[str, int]:
     """Store nodes new to this monitor (or whose GPUs changed), all in a few statements;
-    announce the ones that are new, back, or changed. Returns each node's expected GPUs."""
+    announce the ones that are new, back, or changed. Returns each node's expected GPUs.
+    ``states``: what ``lock_nodes`` returned for them, if the caller locked them already."""
     if not heartbeats:
         return {}
     by_id = {h.node_id: h for h in heartbeats}
     ids = sorted(by_id)
+    if states is None:
+        states = await lock_nodes(conn, ids)
     before: dict[str, list[tuple[int, str, str, int]]] = {}
     for r in await conn.fetch(SQL.gpu_inventories, ids):
         before.setdefault(r["node_id"], []).append((r["index"], r["uuid"], r["model"], r["memory_total_mb"]))
@@ -67,7 +77,7 @@ async def register_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryDat
     announce = [
         by_id[r["id"]]
         for r in rows
-        if r["previous_state"] != "READY" or tuple(before.get(r["id"], ())) != inventory(by_id[r["id"]])
+        if states.get(r["id"]) != "READY" or tuple(before.get(r["id"], ())) != inventory(by_id[r["id"]])
     ]
     await append_many(conn, [(_registered_event(d), d.node_id) for d in announce])
     return {r["id"]: int(r["expected_gpus"]) for r in rows}
@@ -88,7 +98,8 @@ def _csv(values: Iterable[str] | None) -> str | None:
 
 
 async def write_inventory(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
-    gpus = [(h.node_id, g) for h in heartbeats for g in h.gpus]
+    ordered = sorted(heartbeats, key=lambda h: h.node_id)
+    gpus = [(h.node_id, g) for h in ordered for g in sorted(h.gpus, key=lambda g: g.index)]
     await conn.execute(
         SQL.upsert_inventory,
         [n for n, _ in gpus],
@@ -100,7 +111,9 @@ async def write_inventory(conn: Connection, heartbeats: Sequence[NodeTelemetryDa
 
 
 async def write_readings(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
-    rows = [(h.node_id, g) for h in heartbeats for g in h.gpus]
+    # In (node, GPU) order, as every writer does: concurrent monitors never deadlock.
+    ordered = sorted(heartbeats, key=lambda h: h.node_id)
+    rows = [(h.node_id, g) for h in ordered for g in sorted(h.gpus, key=lambda g: g.index)]
     if not rows:
         return
     columns: list[list[object]] = [[] for _ in range(17)]
@@ -256,6 +269,7 @@ class HistoryRow:
 async def write_history(conn: Connection, resolution_s: int, rows: Sequence[HistoryRow]) -> None:
     if not rows:
         return
+    rows = sorted(rows, key=lambda r: (r.node_id, r.gpu_index, r.bucket))  # one lock order
     columns = [
         list(column)
         for column in zip(

@@ -12,9 +12,23 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from shared.events.envelope import Envelope
+
+# Bounds the database columns can hold, and text without control characters (a NUL or a
+# newline in a heartbeat must be refused at the door, not fail a batch of writes).
+INT32 = 2**31 - 1
+INT63 = 2**63 - 1
+TEXT = r"^[^\x00-\x1f\x7f]*$"
 
 
 class _Data(BaseModel):
@@ -341,38 +355,56 @@ class GpuSample(_Data):
     driver's last reload, so consumers compare them with the previous sample.
     """
 
-    index: int
-    uuid: str
-    model: str
-    memory_total_mb: int
-    memory_used_mb: int | None = None
+    index: int = Field(ge=0, le=1023)
+    uuid: str = Field(max_length=128, pattern=TEXT)
+    model: str = Field(max_length=128, pattern=TEXT)
+    memory_total_mb: int = Field(ge=0, le=INT32)
+    memory_used_mb: int | None = Field(default=None, ge=0, le=INT32)
     utilization_pct: float | None = None
     memory_utilization_pct: float | None = None
     temperature_c: float | None = None
     power_w: float | None = None
-    sm_clock_mhz: int | None = None
+    sm_clock_mhz: int | None = Field(default=None, ge=0, le=INT32)
     throttle_reasons: list[str] | None = Field(
         default=None, description="active clock-throttle reasons by NVML name, e.g. HwThermalSlowdown"
     )
-    ecc_corrected_volatile: int | None = None
-    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = Field(default=None, ge=0, le=INT63)
+    ecc_uncorrected_volatile: int | None = Field(default=None, ge=0, le=INT63)
     remapped_rows_pending: bool | None = None
     remap_failure: bool | None = None
-    last_xid: int | None = None
-    xid_count: int = Field(default=0, description="Xid events seen since the exporter started")
-    pids: list[int] = Field(default_factory=list, description="compute processes on this GPU")
+    last_xid: int | None = Field(default=None, ge=0, le=INT32)
+    xid_count: int = Field(
+        default=0, ge=0, le=INT32, description="Xid events seen since the exporter started"
+    )
+    pids: list[int] = Field(
+        default_factory=list, max_length=1024, description="compute processes on this GPU"
+    )
     lost: bool = False
-    unsupported: list[str] = Field(default_factory=list)
+    unsupported: list[str] = Field(default_factory=list, max_length=32)
 
 
 class NodeTelemetryData(_Data):
-    node_id: str
-    hostname: str
-    address: str = Field(default="127.0.0.1", description="where tasks on this node are reached")
+    node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    hostname: str = Field(max_length=253, pattern=TEXT)
+    address: str = Field(
+        default="127.0.0.1", max_length=253, pattern=TEXT, description="where tasks on this node are reached"
+    )
     simulated: bool = Field(description="true when the GPUs are Corral's simulated ones")
     interval_s: float
-    boot_id: str = Field(default="", description="changes when the exporter restarts (counters reset)")
-    gpus: list[GpuSample]
+    boot_id: str = Field(
+        default="",
+        max_length=64,
+        pattern=TEXT,
+        description="changes when the exporter restarts (counters reset)",
+    )
+    gpus: list[GpuSample] = Field(max_length=1024)
+
+    @model_validator(mode="after")
+    def _one_sample_per_gpu(self) -> NodeTelemetryData:
+        indices = [g.index for g in self.gpus]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"GPU indices repeat: {sorted(indices)}")
+        return self
 
 
 class NodeTelemetry(Envelope):
@@ -448,7 +480,7 @@ class Matcher(_Data):
         if info.data.get("op") == "=~":
             try:
                 re.compile(value)
-            except re.error as exc:
+            except (re.error, OverflowError, RecursionError) as exc:
                 raise ValueError(f"not a valid regular expression: {exc}") from exc
         return value
 

@@ -157,3 +157,16 @@ async def test_readings_and_liveness_wait_while_postgres_refuses_them(db: Databa
     await monitor.write_readings()
     assert "Xid 48" in await db.fetchval("SELECT drain_reason FROM monitor.nodes")
     assert await db.fetchval("SELECT last_xid FROM monitor.gpu_readings WHERE index = 0") == 48
+
+
+async def test_heartbeats_that_postgres_could_not_store_are_refused_at_the_door(db: Database) -> None:
+    monitor = ingest(db)
+    good = heartbeat("n1")
+    monitor.receive(good.replace(b'"index":1,', b'"index":0,'))  # two samples of GPU 0
+    monitor.receive(good.replace(b'"hostname":"n1"', b'"hostname":"n1\\u0000"'))  # a NUL
+    monitor.receive(good.replace(b'"memory_total_mb":80', b'"memory_total_mb":99999999999', 1))  # not an int4
+    monitor.receive(good.replace(b'"node_id":"n1"', b'"node_id":"../n1"'))
+    assert monitor.counters.rejected == 4
+    monitor.receive(good)
+    await monitor.flush()  # the good one is written; nothing poisons the batch
+    assert await db.fetchval("SELECT count(*) FROM monitor.nodes") == 1

@@ -1,15 +1,17 @@
+-- name: lock_nodes
+-- Lock every node a flush touches, in one order, before anything else: two monitors then
+-- never wait for each other in a circle. Returns each node's liveness state.
+SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE;
+
 -- name: register_nodes
--- Many nodes at once (new to this monitor, or their GPUs changed); returns each node's
--- state before (NULL: new) and the GPUs it is expected to have.
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[])
-                  AS r(id, hostname, simulated, gpu_count, address)
-), previous AS (
-    SELECT n.id, n.state FROM monitor.nodes n JOIN input USING (id) ORDER BY n.id FOR NO KEY UPDATE OF n
-)
+-- Many nodes at once (new to this monitor, or their GPUs changed); returns the GPUs each
+-- is expected to have.
 INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address,
                                  expected_gpus)
-SELECT id, hostname, simulated, 'READY', gpu_count, now(), address, gpu_count FROM input ORDER BY id
+SELECT r.id, r.hostname, r.simulated, 'READY', r.gpu_count, now(), r.address, r.gpu_count
+FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[])
+     AS r(id, hostname, simulated, gpu_count, address)
+ORDER BY r.id
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
     address = EXCLUDED.address,
@@ -17,7 +19,7 @@ SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EX
     expected_gpus = greatest(n.expected_gpus, EXCLUDED.gpu_count),
     state = 'READY',
     state_changed_at = CASE WHEN n.state = 'UNREACHABLE' THEN now() ELSE n.state_changed_at END
-RETURNING n.id, n.expected_gpus, (SELECT p.state FROM previous p WHERE p.id = n.id) AS previous_state;
+RETURNING n.id, n.expected_gpus;
 
 -- name: gpu_inventories
 SELECT node_id, index, uuid, model, memory_total_mb
