@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any
 
+import asyncpg
 import httpx
 
 from services.alerter.repository import SQL
 from services.alerter.settings import AlerterSettings
+from shared.aio import raise_if_cancelling
 from shared.db.pool import Database
-from shared.service import every
 
 log = logging.getLogger(__name__)
 RETRYABLE = {408, 425, 429}
@@ -42,14 +43,16 @@ class Deliverer:
     async def run(self) -> None:
         """Deliver whenever woken (a change was queued) and at least every interval."""
 
-        async def round_then_wait() -> None:
-            while await self.deliver_due():
-                pass
+        while True:
+            try:
+                while await self.deliver_due():
+                    pass
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise_if_cancelling()
+                log.warning("notification delivery paused (%s)", exc)  # Postgres away: wait, retry
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self._settings.delivery_interval_s)
             self.wake.clear()
-
-        await every(0.0, round_then_wait, "notification delivery")
 
     async def deliver_due(self) -> int:
         async with self._db.transaction() as conn:
@@ -77,6 +80,10 @@ class Deliverer:
             error = f"SMTP {exc.smtp_code}: {exc.smtp_error!r}"[:300]
         except (httpx.HTTPError, smtplib.SMTPException, OSError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+        except Exception as exc:  # a message that cannot be sent at all: say so, never crash
+            raise_if_cancelling()
+            log.exception("notification %s cannot be sent", row["id"])
+            status, error = 400, f"cannot be sent: {type(exc).__name__}: {exc}"[:300]
         async with self._db.transaction() as conn:
             if error is None:
                 await conn.execute(SQL.notification_sent, row["id"], status)
@@ -101,7 +108,7 @@ def send_email(url: str, message: dict[str, Any], timeout_s: float) -> None:
     email = EmailMessage()
     email["From"] = message["from"]
     email["To"] = ", ".join(message["to"])
-    email["Subject"] = message["subject"]
+    email["Subject"] = " ".join(message["subject"].split())  # a header is one line
     email.set_content(message["body"])
     with smtplib.SMTP(host, int(port), timeout=timeout_s) as smtp:
         if scheme == "smtp+starttls":

@@ -24,7 +24,14 @@ def _iso(value: datetime | None) -> str:
 
 
 def labels_of(alert: dict[str, Any]) -> dict[str, str]:
-    return {**alert["labels"], "rule": alert["rule"], "severity": alert["severity"]}
+    """The alert's labels plus ``rule``, ``severity`` and ``alertname`` (what Alertmanager
+    tools key on)."""
+    return {
+        **alert["labels"],
+        "alertname": alert["rule"],
+        "rule": alert["rule"],
+        "severity": alert["severity"],
+    }
 
 
 def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) -> dict[str, Any] | None:

@@ -94,22 +94,26 @@ async def resolve_fingerprint(conn: Connection, fingerprint: str, note: str, rou
 
 
 async def _notify(conn: Connection, alert_id: str, event: str, by: str, routing: Routing) -> None:
-    """Queue the change for every receiver the routing picks (same transaction) — or log it
-    as suppressed when a silence or an inhibition covers the alert."""
+    """Queue the change (same transaction): a firing for every receiver the routing picks —
+    logged as suppressed when a silence or an inhibition covers the alert — and an
+    acknowledge or resolve for every receiver that was told of the firing (escalation
+    receivers included), so no incident is left open anywhere."""
     row = await conn.fetchrow(SQL.alert_row, alert_id)
     assert row is not None  # changed in this very transaction
     alert = dict(row)
     labels = labels_of(alert)
-    suppressed_by = await _suppression(conn, labels) if event == "firing" else None
-    for receiver in routing.receivers_for(labels):
+    if event == "firing":
+        receivers = routing.receivers_for(labels)
+        suppressed_by = await _suppression(conn, labels)
+    else:
+        by_name = {r.name: r for r in routing.receivers}
+        told = [r["receiver"] for r in await conn.fetch(SQL.receivers_told, alert_id)]
+        receivers = [by_name[name] for name in told if name in by_name]  # (one since removed: not told)
+        suppressed_by = None
+    for receiver in receivers:
         body = payload_for(receiver, alert, event, by)
         if body is None:
             continue
-        if event != "firing":
-            # Only a receiver that was told of the firing hears how it ended.
-            told = await conn.fetchval(SQL.firing_notification_state, alert_id, receiver.name)
-            if told is None or told == "suppressed":
-                continue
         args = (alert_id, event, receiver.name, receiver.kind, url_of(receiver), body)
         if suppressed_by is None:
             await conn.execute(SQL.enqueue_notification, *args)

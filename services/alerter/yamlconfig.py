@@ -73,6 +73,10 @@ class WatchedFile(Generic[M]):
             text = self.path.read_text()
         except FileNotFoundError:
             text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            self.error = f"{self.path}: cannot be read: {exc}"
+            log.error("%s; the %s in force stay", self.error, self._what)
+            return False
         digest = hashlib.sha256(text.encode()).digest()
         if digest == self._digest:
             return False

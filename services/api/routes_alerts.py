@@ -54,7 +54,9 @@ class AlertList(BaseModel):
 
 
 class AlertAction(BaseModel):
-    note: str = Field(default="", max_length=1000, description="e.g. 'on it', 'PSU swapped'")
+    note: str = Field(
+        default="", max_length=1000, pattern=r"^[^\x00]*$", description="e.g. 'on it', 'PSU swapped'"
+    )
 
 
 class AlertActionAccepted(BaseModel):

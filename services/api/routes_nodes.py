@@ -76,7 +76,7 @@ async def gpu_history(
     principal: AuthenticatedPrincipal,
     node: Annotated[str | None, Query(pattern=NODE_ID)] = None,
     gpu: Annotated[int | None, Query(ge=0, le=1023)] = None,
-    job: Annotated[str | None, Query(max_length=64)] = None,
+    job: Annotated[str | None, Query(pattern=r"^job-[0-9a-z]{1,40}$")] = None,
     resolution_s: Annotated[Literal[10, 300], Query(description="10 s (kept a day) or 300 s (a month)")] = 10,
     since_s: Annotated[int, Query(ge=1, le=31 * 86_400)] = 3600,
 ) -> GpuHistory:

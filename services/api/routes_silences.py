@@ -32,7 +32,7 @@ class SilenceSpec(BaseModel):
     starts_at: datetime | None = Field(default=None, description="default: now")
     ends_at: datetime | None = Field(default=None, description="give this or duration_s")
     duration_s: int | None = Field(default=None, ge=60, le=int(MAX_SILENCE.total_seconds()))
-    comment: str = Field(default="", max_length=1000)
+    comment: str = Field(default="", max_length=1000, pattern=r"^[^\x00]*$")
 
     @model_validator(mode="after")
     def _window(self) -> SilenceSpec:
@@ -86,7 +86,10 @@ async def create_silence(
 ) -> SilenceAccepted:
     """Mute notifications of matching alerts for a window (admin)."""
     _admin(principal)
-    starts, ends = spec.window()
+    try:
+        starts, ends = spec.window()
+    except OverflowError:
+        raise InvalidInput("the silence would end after the year 9999: choose a nearer time") from None
     if ends <= starts:
         raise InvalidInput("the silence ends before it starts: ends_at must be after starts_at")
     if ends <= datetime.now(UTC):

@@ -74,7 +74,9 @@ class GpuList(BaseModel):
 
 
 class DrainRequest(BaseModel):
-    reason: str = Field(default="", max_length=500, description="shown beside the node; why")
+    reason: str = Field(
+        default="", max_length=500, pattern=r"^[^\x00]*$", description="shown beside the node; why"
+    )
 
 
 class DrainAccepted(BaseModel):

@@ -72,7 +72,12 @@ async def test_each_receiver_gets_its_own_format_and_a_resolve_follows(
     (firing, resolved) = receivers.bodies("hook")
     assert firing["version"] == "4"
     assert firing["status"] == "firing"
-    assert firing["alerts"][0]["labels"] == {"node": "n7", "rule": "GpuUnhealthy", "severity": "critical"}
+    assert firing["alerts"][0]["labels"] == {
+        "node": "n7",
+        "alertname": "GpuUnhealthy",
+        "rule": "GpuUnhealthy",
+        "severity": "critical",
+    }
     assert firing["alerts"][0]["annotations"]["summary"].endswith("Xid 79")
     assert firing["alerts"][0]["endsAt"] == "0001-01-01T00:00:00Z"
     assert resolved["status"] == "resolved"
@@ -146,3 +151,15 @@ async def test_a_delivery_cut_off_by_a_crash_is_sent_again(db: Database, receive
         assert await restarted.deliver_due() == 1
     assert (await notifications(db))[0]["state"] == "sent"
     assert len(receivers.bodies("hook")) == 1
+
+
+async def test_a_resolve_never_overtakes_its_trigger(db: Database, receivers: Receivers) -> None:
+    routing = routing_for(receivers, pd="pd")
+    alert_id = await fire(db, routing)
+    async with db.transaction() as conn:  # resolved before anything was sent
+        await resolve(conn, alert_id, "alerter", "over already", parse_routing(routing))
+    async with httpx.AsyncClient() as http:
+        deliverer = Deliverer(db, settings(), http)
+        assert await deliverer.deliver_due() == 1  # the trigger alone
+        assert await deliverer.deliver_due() == 1  # then the resolve
+    assert [b["event_action"] for b in receivers.bodies("pd")] == ["trigger", "resolve"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from services.alerter.repository import acknowledge, escalate_due, open_alert
+from services.alerter.repository import acknowledge, escalate_due, open_alert, resolve
 from services.alerter.routing import parse_routing
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Database
@@ -57,3 +57,22 @@ async def test_unacknowledged_critical_alerts_escalate_once(db: Database) -> Non
         "SELECT note FROM alerter.alert_transitions WHERE alert_id = $1 ORDER BY id", ignored
     )
     assert notes[-1]["note"] == "not acknowledged in 0s: escalated to lead"
+
+
+async def test_an_escalated_alert_is_resolved_at_every_receiver_it_reached(db: Database) -> None:
+    async with db.transaction() as conn:
+        alert_id = await open_alert(conn, draft("n4"), ROUTING)
+    assert alert_id is not None
+    await asyncio.sleep(0.4)
+    async with db.transaction() as conn:
+        assert await escalate_due(conn, ROUTING) == [(alert_id, "lead")]
+        assert await resolve(conn, alert_id, "alerter", "node n4 undrained", ROUTING)
+    rows = await db.fetch(
+        "SELECT receiver, event FROM alerter.notifications WHERE alert_id = $1 ORDER BY id", alert_id
+    )
+    assert [(r["receiver"], r["event"]) for r in rows] == [
+        ("oncall", "firing"),
+        ("lead", "firing"),
+        ("oncall", "resolved"),
+        ("lead", "resolved"),
+    ]

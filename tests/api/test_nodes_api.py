@@ -118,4 +118,7 @@ async def test_gpu_history_by_node_gpu_and_job(client: httpx.AsyncClient, db: Da
     assert len(by_job) == 3
     assert {p["job_id"] for p in by_job} == {job_id}
     assert (await client.get("/api/v1/gpu-history", params={"job": "job-nope"})).status_code == 404
+    assert (await client.get("/api/v1/gpu-history", params={"job": "job-\x00"})).status_code == 422
+    nul_reason = await client.post("/api/v1/nodes/gpu-node-1/drain", json={"reason": "a\u0000b"})
+    assert nul_reason.status_code == 422
     assert (await client.get("/api/v1/gpu-history", params={"resolution_s": 7})).status_code == 422

@@ -77,6 +77,12 @@ async def test_windows_in_the_past_or_too_long_and_users_are_refused(
     assert (await client.post("/api/v1/silences", json=past)).status_code == 422
     endless = {"matchers": matchers, "ends_at": (now + timedelta(days=400)).isoformat()}
     assert "90 days" in (await client.post("/api/v1/silences", json=endless)).text
+    far = {"matchers": matchers, "starts_at": "9999-12-31T00:00:00Z", "duration_s": 86400 * 5}
+    assert (await client.post("/api/v1/silences", json=far)).status_code == 422
+    huge_regex = {"matchers": [{"name": "node", "op": "=~", "value": "a{9999999999}"}], "duration_s": 600}
+    assert (await client.post("/api/v1/silences", json=huge_regex)).status_code == 422
+    nul = {"matchers": matchers, "duration_s": 600, "comment": "a\u0000b"}
+    assert (await client.post("/api/v1/silences", json=nul)).status_code == 422
     naive = {"matchers": matchers, "ends_at": "2099-01-01T00:00:00"}
     assert "timezone" in (await client.post("/api/v1/silences", json=naive)).text
     await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")

@@ -43,8 +43,12 @@ ON CONFLICT (alert_id, event, receiver) DO NOTHING;
 UPDATE alerter.notifications n
 SET attempts = n.attempts + 1, next_attempt_at = now() + make_interval(secs => $1)
 WHERE n.id IN (
-    SELECT id FROM alerter.notifications
+    SELECT id FROM alerter.notifications p
     WHERE state = 'pending' AND next_attempt_at <= now()
+      -- in order per (alert, receiver): a resolve never overtakes its trigger
+      AND NOT EXISTS (
+          SELECT 1 FROM alerter.notifications e
+          WHERE e.alert_id = p.alert_id AND e.receiver = p.receiver AND e.id < p.id AND e.state = 'pending')
     ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $2
 )
 RETURNING n.id, n.alert_id, n.event, n.receiver, n.kind, n.url, n.payload, n.attempts, n.created_at;
@@ -70,8 +74,11 @@ INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload
 VALUES ($1, $2, $3, $4, $5, $6, 'suppressed', $7)
 ON CONFLICT (alert_id, event, receiver) DO NOTHING;
 
--- name: firing_notification_state
-SELECT state FROM alerter.notifications WHERE alert_id = $1 AND event = 'firing' AND receiver = $2;
+-- name: receivers_told
+-- The receivers that were (or are being) told of an alert's firing.
+SELECT receiver FROM alerter.notifications
+WHERE alert_id = $1 AND event = 'firing' AND state <> 'suppressed'
+ORDER BY id;
 
 -- name: active_silences
 SELECT id, matchers FROM alerter.silences WHERE starts_at <= now() AND ends_at > now() ORDER BY id;
