@@ -229,6 +229,60 @@ CREATE TABLE monitor.gpus (
     memory_total_mb integer NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL
 );
+CREATE TABLE monitor.nodes (
+    id text NOT NULL,
+    hostname text NOT NULL,
+    simulated boolean NOT NULL,
+    state text NOT NULL,
+    gpu_count integer NOT NULL,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_heartbeat timestamp with time zone NOT NULL,
+    state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    address text DEFAULT '127.0.0.1'::text NOT NULL,
+    drained_at timestamp with time zone,
+    drain_reason text,
+    drained_by text,
+    drain_evicts boolean DEFAULT false NOT NULL,
+    expected_gpus integer DEFAULT 0 NOT NULL,
+    health_marks jsonb DEFAULT '{}'::jsonb NOT NULL,
+    health_waivers text[] DEFAULT '{}'::text[] NOT NULL,
+    CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
+);
+CREATE VIEW monitor.gpu_status AS
+ SELECT g.node_id,
+    g.index,
+    g.uuid,
+    g.model,
+    g.memory_total_mb,
+    r.utilization_pct,
+    r.memory_used_mb,
+    r.temperature_c,
+    r.memory_utilization_pct,
+    r.power_w,
+    r.sm_clock_mhz,
+    r.throttle_reasons,
+    r.ecc_corrected_volatile,
+    r.ecc_uncorrected_volatile,
+    r.remapped_rows_pending,
+    r.remap_failure,
+    r.last_xid,
+    COALESCE(r.lost, false) AS lost,
+    COALESCE(r.unsupported, '{}'::text[]) AS unsupported,
+    COALESCE(r.updated_at, g.updated_at) AS updated_at,
+    n.hostname,
+    n.simulated,
+    n.state AS node_state,
+    (n.drained_at IS NOT NULL) AS drained,
+    o.job_id,
+    o.task
+   FROM (((monitor.gpus g
+     JOIN monitor.nodes n ON ((n.id = g.node_id)))
+     LEFT JOIN monitor.gpu_readings r ON (((r.node_id = g.node_id) AND (r.index = g.index))))
+     LEFT JOIN LATERAL ( SELECT a.job_id,
+            ((a.task_role || '-'::text) || a.task_index) AS task
+           FROM launcher.attempts a
+          WHERE ((a.node_id = g.node_id) AND (g.index = ANY (a.gpu_indices)) AND (a.state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text])))
+         LIMIT 1) o ON (true));
 CREATE TABLE monitor.health_events (
     id bigint NOT NULL,
     node_id text NOT NULL,
@@ -249,25 +303,6 @@ CREATE SEQUENCE monitor.health_events_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE monitor.health_events_id_seq OWNED BY monitor.health_events.id;
-CREATE TABLE monitor.nodes (
-    id text NOT NULL,
-    hostname text NOT NULL,
-    simulated boolean NOT NULL,
-    state text NOT NULL,
-    gpu_count integer NOT NULL,
-    registered_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_heartbeat timestamp with time zone NOT NULL,
-    state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
-    address text DEFAULT '127.0.0.1'::text NOT NULL,
-    drained_at timestamp with time zone,
-    drain_reason text,
-    drained_by text,
-    drain_evicts boolean DEFAULT false NOT NULL,
-    expected_gpus integer DEFAULT 0 NOT NULL,
-    health_marks jsonb DEFAULT '{}'::jsonb NOT NULL,
-    health_waivers text[] DEFAULT '{}'::text[] NOT NULL,
-    CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
-);
 CREATE TABLE scheduler.allocations (
     job_id text NOT NULL,
     generation integer NOT NULL,

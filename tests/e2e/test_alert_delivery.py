@@ -19,7 +19,9 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 20
     raise AssertionError(f"{what} did not happen in {timeout_s}s")
 
 
-def _route_job_failures(stack: Stack, receivers: Receivers, path: str) -> None:
+async def _route_job_failures(stack: Stack, receivers: Receivers, path: str) -> None:
+    """Warnings to a webhook at ``path``, critical alerts to a PagerDuty receiver; wait
+    until the alerter has the routing in force."""
     (stack.home / "routing.yaml").write_text(
         "receivers:\n"
         f"  - {{name: tools, webhook: {{url: '{receivers.url(path)}'}}}}\n"
@@ -29,13 +31,13 @@ def _route_job_failures(stack: Stack, receivers: Receivers, path: str) -> None:
         "  routes:\n"
         "    - {match: {severity: critical}, receiver: oncall}\n"
     )
+    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
 
 
 async def test_a_failed_job_reaches_the_webhook_of_the_routing_file(
     stack: Stack, receivers: Receivers
 ) -> None:
-    _route_job_failures(stack, receivers, "hook")
-    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
+    await _route_job_failures(stack, receivers, "hook")
     async with stack.client() as http:
         job_id = await submit(http, "echo oops; exit 3")
         await wait_state(http, job_id, {"FAILED"})
@@ -51,8 +53,7 @@ async def test_a_failed_job_reaches_the_webhook_of_the_routing_file(
 async def test_an_alerter_killed_mid_delivery_sends_again_after_restart(
     stack: Stack, receivers: Receivers
 ) -> None:
-    _route_job_failures(stack, receivers, "hang")
-    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
+    await _route_job_failures(stack, receivers, "hang")
     async with stack.client() as http:
         await wait_state(http, await submit(http, "exit 3"), {"FAILED"})
     await _until(lambda: bool(receivers.bodies("hang")), "the first delivery")
@@ -73,8 +74,7 @@ async def test_an_alerter_killed_mid_delivery_sends_again_after_restart(
 
 
 async def test_a_silence_mutes_notifications_until_it_is_lifted(stack: Stack, receivers: Receivers) -> None:
-    _route_job_failures(stack, receivers, "hook")
-    await _until(lambda: "routing in force" in stack.logs("alerter"), "the routing reload")
+    await _route_job_failures(stack, receivers, "hook")
     created = await asyncio.to_thread(
         corral, stack, "silence", "rule=JobFailed", "--for", "1h", "--comment", "drill"
     )

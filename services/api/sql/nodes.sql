@@ -10,22 +10,7 @@ ORDER BY n.id;
 
 -- name: list_gpus
 -- Every GPU's latest readings and who uses it.
-SELECT g.node_id, g.index, g.uuid, g.model, g.memory_total_mb, r.utilization_pct, r.memory_used_mb,
-       r.temperature_c, r.memory_utilization_pct, r.power_w, r.sm_clock_mhz, r.throttle_reasons,
-       r.ecc_corrected_volatile, r.ecc_uncorrected_volatile, r.remapped_rows_pending, r.remap_failure,
-       r.last_xid, coalesce(r.lost, false) AS lost, coalesce(r.unsupported, '{}') AS unsupported,
-       coalesce(r.updated_at, g.updated_at) AS updated_at, o.job_id, o.task
-FROM monitor.gpus g
-LEFT JOIN monitor.gpu_readings r ON r.node_id = g.node_id AND r.index = g.index
-LEFT JOIN LATERAL (
-    SELECT a.job_id, a.task_role || '-' || a.task_index AS task
-    FROM launcher.attempts a
-    WHERE a.node_id = g.node_id AND g.index = ANY(a.gpu_indices)
-      AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')
-    LIMIT 1
-) o ON true
-WHERE $1::text IS NULL OR g.node_id = $1
-ORDER BY g.node_id, g.index;
+SELECT * FROM monitor.gpu_status WHERE $1::text IS NULL OR node_id = $1 ORDER BY node_id, index;
 
 -- name: health_events
 SELECT at, kind, gpu_index, condition, action, detail, actor

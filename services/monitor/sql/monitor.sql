@@ -183,20 +183,4 @@ DELETE FROM monitor.gpu_history WHERE resolution_s = $1 AND bucket < now() - mak
 
 -- name: latest_gpus
 -- Everything /metrics shows: each GPU's latest readings, its node, and who uses it.
-SELECT g.node_id, g.index, g.uuid, g.model, g.memory_total_mb, r.utilization_pct, r.memory_used_mb,
-       r.temperature_c, r.memory_utilization_pct, r.power_w, r.sm_clock_mhz, r.throttle_reasons,
-       r.ecc_corrected_volatile, r.ecc_uncorrected_volatile, r.remap_failure, r.last_xid,
-       coalesce(r.lost, false) AS lost,
-       n.hostname, n.simulated, n.state AS node_state, n.drained_at IS NOT NULL AS drained,
-       o.job_id, o.task
-FROM monitor.gpus g
-JOIN monitor.nodes n ON n.id = g.node_id
-LEFT JOIN monitor.gpu_readings r ON r.node_id = g.node_id AND r.index = g.index
-LEFT JOIN LATERAL (
-    SELECT a.job_id, a.task_role || '-' || a.task_index AS task
-    FROM launcher.attempts a
-    WHERE a.node_id = g.node_id AND g.index = ANY(a.gpu_indices)
-      AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')
-    LIMIT 1
-) o ON true
-ORDER BY g.node_id, g.index;
+SELECT * FROM monitor.gpu_status ORDER BY node_id, index;

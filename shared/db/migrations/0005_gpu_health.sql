@@ -80,3 +80,25 @@ CREATE TABLE monitor.gpu_history (
 );
 CREATE INDEX gpu_history_by_job ON monitor.gpu_history (job_id, resolution_s, bucket) WHERE job_id IS NOT NULL;
 CREATE INDEX gpu_history_by_age ON monitor.gpu_history (resolution_s, bucket);
+
+-- Each GPU as the monitor knows it: inventory, latest readings, node, and the job and task
+-- holding it (a live attempt). Read by the monitor's /metrics and the API alike.
+CREATE VIEW monitor.gpu_status AS
+SELECT g.node_id, g.index, g.uuid, g.model, g.memory_total_mb,
+       r.utilization_pct, r.memory_used_mb, r.temperature_c, r.memory_utilization_pct, r.power_w,
+       r.sm_clock_mhz, r.throttle_reasons, r.ecc_corrected_volatile, r.ecc_uncorrected_volatile,
+       r.remapped_rows_pending, r.remap_failure, r.last_xid,
+       coalesce(r.lost, false) AS lost, coalesce(r.unsupported, '{}') AS unsupported,
+       coalesce(r.updated_at, g.updated_at) AS updated_at,
+       n.hostname, n.simulated, n.state AS node_state, n.drained_at IS NOT NULL AS drained,
+       o.job_id, o.task
+FROM monitor.gpus g
+JOIN monitor.nodes n ON n.id = g.node_id
+LEFT JOIN monitor.gpu_readings r ON r.node_id = g.node_id AND r.index = g.index
+LEFT JOIN LATERAL (
+    SELECT a.job_id, a.task_role || '-' || a.task_index AS task
+    FROM launcher.attempts a
+    WHERE a.node_id = g.node_id AND g.index = ANY(a.gpu_indices)
+      AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')
+    LIMIT 1
+) o ON true;
