@@ -33,7 +33,7 @@ import nats
 from bench.stack import BenchStack, private_stack
 from services.monitor.exporter.simulated import SimulatedGpus
 from shared.events import NodeTelemetry
-from shared.events.types import NodeTelemetryData
+from shared.events.nodes import NodeTelemetryData
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -12,7 +12,7 @@ from services.alerter.rules import AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import AlertChanged, AlertFiring
-from shared.events.types import AlertChangedData, AlertFiringData, Matcher, SilenceRequestedData
+from shared.events.alerts import AlertChangedData, AlertFiringData, Matcher, SilenceRequestedData
 from shared.ids import new_alert_id
 from shared.outbox import append
 

@@ -18,15 +18,9 @@ from shared.events import (
     NodeDrainRequested,
     SilenceRequested,
 )
-from shared.events.types import (
-    AlertActionRequestedData,
-    JobCancelRequestedData,
-    JobEndedData,
-    JobSubmittedData,
-    Matcher,
-    NodeDrainRequestedData,
-    SilenceRequestedData,
-)
+from shared.events.alerts import AlertActionRequestedData, Matcher, SilenceRequestedData
+from shared.events.jobs import JobCancelRequestedData, JobEndedData, JobSubmittedData
+from shared.events.nodes import NodeDrainRequestedData
 from shared.ids import JobId, new_job_id
 from shared.jobs import JobSpec, JobState
 from shared.outbox import append

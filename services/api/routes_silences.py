@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, model_validator
 from services.api.auth import AuthenticatedPrincipal, Principal
 from services.api.repository import ApiRepository
 from shared.errors import Forbidden, InvalidInput, NotFound
-from shared.events.types import Matcher
+from shared.events.alerts import Matcher
 from shared.ids import new_silence_id
 
 router = APIRouter(prefix="/api/v1/silences", tags=["alerts"])

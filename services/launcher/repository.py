@@ -33,7 +33,7 @@ from shared.events import (
     TaskExited,
     TaskStopRequested,
 )
-from shared.events.types import (
+from shared.events.jobs import (
     JobEndedData,
     JobPreemptionData,
     JobRetryingData,

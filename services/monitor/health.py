@@ -24,7 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from shared.events.types import GpuSample
+from shared.events.nodes import GpuSample
 
 RULES_PATH = Path(__file__).parent / "health_rules.yaml"
 Action = Literal["drain", "evict", "ignore"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from services.monitor.repository import HistoryRow
-from shared.events.types import NodeTelemetryData
+from shared.events.nodes import NodeTelemetryData
 
 
 class _Bucket:

@@ -39,7 +39,7 @@ from services.monitor.repository import (
 from services.monitor.settings import MonitorSettings
 from shared.db.pool import Database
 from shared.events import NodeTelemetry
-from shared.events.types import NodeTelemetryData
+from shared.events.nodes import NodeTelemetryData
 
 log = logging.getLogger(__name__)
 REGISTER_PER_FLUSH = 1000

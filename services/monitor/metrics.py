@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from services.monitor.exporter.nvml import THROTTLE_REASONS
 from services.monitor.ingest import HeartbeatIngest
 from services.monitor.repository import SQL
 from shared.db.pool import Database
@@ -46,17 +47,8 @@ GAUGES: tuple[tuple[str, str, str, float], ...] = (
     ),
     ("DCGM_FI_DEV_XID_ERRORS", "Value of the last Xid error encountered.", "last_xid", 1.0),
 )
-THROTTLE_BITS = {
-    "GpuIdle": 0x1,
-    "ApplicationsClocksSetting": 0x2,
-    "SwPowerCap": 0x4,
-    "HwSlowdown": 0x8,
-    "SyncBoost": 0x10,
-    "SwThermalSlowdown": 0x20,
-    "HwThermalSlowdown": 0x40,
-    "HwPowerBrakeSlowdown": 0x80,
-    "DisplayClockSetting": 0x100,
-}
+# NVML's own name -> bit table, read the other way (the readings store reason names).
+THROTTLE_BITS = {name: bit for bit, name in THROTTLE_REASONS.items()}
 
 
 def _labels(row: dict[str, Any]) -> list[str]:

@@ -12,7 +12,7 @@ from services.monitor.health import LASTING, Finding, HealthMarks, HealthRules, 
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import NodeDrained, NodeRegistered, NodeUndrained, NodeUnreachable
-from shared.events.types import (
+from shared.events.nodes import (
     GpuInfo,
     GpuSample,
     NodeDrainedData,

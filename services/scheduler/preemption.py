@@ -12,7 +12,7 @@ from __future__ import annotations
 from services.scheduler.repository import SOURCE, SQL
 from shared.db.pool import Connection
 from shared.events import JobPreemptRequested
-from shared.events.types import JobPreemptionData
+from shared.events.jobs import JobPreemptionData
 from shared.outbox import append
 
 

@@ -8,7 +8,7 @@ from services.scheduler.placement import Decision, NodeCapacity, PendingJob, Tas
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import JobScheduled
-from shared.events.types import JobScheduledData, TaskPlacement
+from shared.events.jobs import JobScheduledData, TaskPlacement
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")

@@ -4,12 +4,9 @@
 it rejects is a poison message (see ``shared/bus/consumer.py``).
 """
 
+from shared.events.alerts import AlertActionRequested, AlertChanged, AlertFiring, SilenceRequested
 from shared.events.envelope import Envelope
-from shared.events.types import (
-    AlertActionRequested,
-    AlertChanged,
-    AlertFiring,
-    Event,
+from shared.events.jobs import (
     JobCancelled,
     JobCancelRequested,
     JobFailed,
@@ -20,20 +17,20 @@ from shared.events.types import (
     JobScheduled,
     JobSubmitted,
     JobSucceeded,
+    TaskAssigned,
+    TaskExited,
+    TaskStarted,
+    TaskStopRequested,
+)
+from shared.events.nodes import (
     NodeDrained,
     NodeDrainRequested,
     NodeRegistered,
     NodeTelemetry,
     NodeUndrained,
     NodeUnreachable,
-    SilenceRequested,
-    TaskAssigned,
-    TaskExited,
-    TaskStarted,
-    TaskStopRequested,
-    event_json_schema,
-    parse_event,
 )
+from shared.events.types import Event, event_json_schema, parse_event
 
 __all__ = [
     "AlertActionRequested",

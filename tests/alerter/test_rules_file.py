@@ -8,7 +8,7 @@ from services.alerter.rule_config import AlertRules, default_rules
 from services.alerter.rules import draft_for
 from services.alerter.yamlconfig import WatchedFile
 from shared.events import JobFailed
-from shared.events.types import JobEndedData
+from shared.events.jobs import JobEndedData
 
 
 def test_the_shipped_rules_load_and_give_severities_and_runbooks() -> None:

@@ -8,7 +8,7 @@ from services.alerter.repository import apply_silence_request, open_alert, resol
 from services.alerter.routing import Routing, parse_routing
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Database
-from shared.events.types import Matcher, SilenceRequestedData
+from shared.events.alerts import Matcher, SilenceRequestedData
 
 ROUTING = parse_routing(
     "receivers: [{name: hook, webhook: {url: 'http://127.0.0.1:9/hook'}}]\nroute: {receiver: hook}"

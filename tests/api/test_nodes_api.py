@@ -10,7 +10,7 @@ from services.api.auth import hash_token
 from services.api.repository import ApiRepository
 from services.monitor.repository import HistoryRow, register_nodes, write_history
 from shared.db.pool import Database
-from shared.events.types import GpuSample, NodeTelemetryData
+from shared.events.nodes import GpuSample, NodeTelemetryData
 
 
 async def _node(db: Database, node_id: str = "gpu-node-1") -> None:

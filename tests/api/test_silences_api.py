@@ -12,7 +12,7 @@ from services.api.auth import hash_token
 from services.api.repository import ApiRepository
 from shared.db.pool import Database
 from shared.events import parse_event
-from shared.events.types import SilenceRequested
+from shared.events.alerts import SilenceRequested
 
 
 async def test_a_silence_is_requested_then_listed_with_its_status(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.monitor.health import HealthMarks, default_rules, evaluate, lasting_conditions, suspicious
-from shared.events.types import GpuSample
+from shared.events.nodes import GpuSample
 
 RULES = default_rules()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.monitor.history import HistoryAggregator
-from shared.events.types import GpuSample, NodeTelemetryData
+from shared.events.nodes import GpuSample, NodeTelemetryData
 
 
 def beat(node: str, util: list[float | None], lost: int | None = None) -> NodeTelemetryData:

@@ -11,7 +11,7 @@ from services.monitor.repository import mark_silent_nodes_unreachable
 from services.monitor.settings import MonitorSettings
 from shared.db.pool import Database
 from shared.events import NodeTelemetry
-from shared.events.types import GpuSample, NodeTelemetryData
+from shared.events.nodes import GpuSample, NodeTelemetryData
 
 
 def heartbeat(node: str, gpus: int = 4, boot: str = "b1", **gpu0: object) -> bytes:

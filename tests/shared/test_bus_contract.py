@@ -18,7 +18,7 @@ from shared.bus.protocol import Bus
 from shared.bus.streams import JOBS
 from shared.errors import PermanentError, TransientError
 from shared.events import Event, JobSubmitted
-from shared.events.types import JobSubmittedData
+from shared.events.jobs import JobSubmittedData
 from shared.settings import NatsSettings
 
 

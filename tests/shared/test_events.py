@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.events import JobSubmitted, TaskAssigned, event_json_schema, parse_event
-from shared.events.types import JobSubmittedData, TaskAssignedData
+from shared.events.jobs import JobSubmittedData, TaskAssignedData
 
 
 def _submitted() -> JobSubmitted:

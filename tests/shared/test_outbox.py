@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.events import JobSubmitted
-from shared.events.types import JobSubmittedData
+from shared.events.jobs import JobSubmittedData
 from shared.outbox import OutboxRelay, append
 from shared.settings import NatsSettings
 

@@ -38,7 +38,7 @@ from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
 from shared.db.pool import Connection, Database
 from shared.events import Event, TaskAssigned, TaskExited, TaskStarted, TaskStopRequested
-from shared.events.types import TaskExitedData, TaskStartedData
+from shared.events.jobs import TaskExitedData, TaskStartedData
 from shared.jobs import ExitRule, JobSpec
 from shared.outbox import append
 

@@ -18,7 +18,7 @@ from services.monitor.settings import Settings
 from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
 from shared.events import NodeTelemetry
-from shared.events.types import NodeTelemetryData
+from shared.events.nodes import NodeTelemetryData
 from shared.service import Health, run_service, serve_health
 from shared.telemetry import setup_telemetry
 

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from shared.events.types import GpuSample
+from shared.events.nodes import GpuSample
 
 log = logging.getLogger(__name__)
 

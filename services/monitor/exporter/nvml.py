@@ -17,7 +17,7 @@ from typing import Any
 
 import pynvml
 
-from shared.events.types import GpuSample
+from shared.events.nodes import GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shared.events.types import GpuSample
+from shared.events.nodes import GpuSample
 
 log = logging.getLogger(__name__)
 
