@@ -10,7 +10,7 @@ import httpx
 from services.alerter.conditions import reconcile_conditions
 from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
-from services.alerter.repository import escalate_due
+from services.alerter.repository import escalate_due, repeat_due
 from services.alerter.routing import RoutingFile
 from services.alerter.rule_config import AlertRules, default_rules
 from services.alerter.settings import Settings
@@ -40,12 +40,13 @@ async def serve(settings: Settings) -> None:
                 log.info("condition alerts: %d opened, %d resolved", len(opened), len(resolved))
                 deliverer.wake.set()
 
-        async def escalate() -> None:
+        async def follow_up() -> None:
             async with res.db.transaction() as conn:
                 escalated = await escalate_due(conn, routing.routing)
+                repeated = await repeat_due(conn, routing.routing)
             for alert_id, receiver in escalated:
                 log.warning("alert %s not acknowledged in time: escalated to %s", alert_id, receiver)
-            if escalated:
+            if escalated or repeated:
                 deliverer.wake.set()
 
         async with asyncio.TaskGroup() as tg:
@@ -58,7 +59,9 @@ async def serve(settings: Settings) -> None:
             tg.create_task(
                 every(config.conditions_check_s, check_conditions, "condition rules"), name="conditions"
             )
-            tg.create_task(every(config.escalation_check_s, escalate, "escalation"), name="escalation")
+            tg.create_task(
+                every(config.escalation_check_s, follow_up, "escalation and repeats"), name="follow-ups"
+            )
 
 
 def main() -> int:

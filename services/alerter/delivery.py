@@ -1,6 +1,7 @@
 """Sending queued notifications: retried with backoff, one slow receiver never stalls another.
 
-Each round claims the due rows (a lease: ``claim_notifications``), sends them all at once,
+Each round claims the due rows (a lease: ``claim_notifications``), makes one message of
+each group's rows (``payloads.combine``; PagerDuty's one by one), sends them all at once,
 each with its own timeout, and records each outcome:
 
 - 2xx (SMTP: accepted): sent;
@@ -24,10 +25,11 @@ from typing import Any
 import asyncpg
 import httpx
 
+from services.alerter.payloads import combine
 from services.alerter.repository import SQL
 from services.alerter.settings import AlerterSettings
 from shared.aio import raise_if_cancelling
-from shared.db.pool import Database
+from shared.db.pool import Connection, Database
 
 log = logging.getLogger(__name__)
 RETRYABLE = {408, 425, 429}
@@ -55,50 +57,69 @@ class Deliverer:
             self.wake.clear()
 
     async def deliver_due(self) -> int:
+        """Send what is due now; returns how many notifications were claimed."""
         async with self._db.transaction() as conn:
             rows = await conn.fetch(SQL.claim_notifications, self._settings.delivery_lease_s, 100)
         if rows:
-            await asyncio.gather(*(self._deliver(dict(row)) for row in rows))
+            in_order = sorted((dict(r) for r in rows), key=lambda r: int(r["id"]))  # as they happened
+            await asyncio.gather(*(self._deliver(batch) for batch in _batches(in_order)))
         return len(rows)
 
-    async def _deliver(self, row: dict[str, Any]) -> None:
+    async def _deliver(self, batch: list[dict[str, Any]]) -> None:
+        first = batch[0]
+        status, error = await self._send(
+            first["kind"], first["url"], combine(first["kind"], [r["payload"] for r in batch])
+        )
+        async with self._db.transaction() as conn:
+            if error is None:
+                for row in batch:
+                    await conn.execute(SQL.notification_sent, row["id"], status)
+                await conn.execute(SQL.group_sent, first["receiver"], first["group_key"])
+                return
+            for row in batch:
+                await self._failed(conn, row, status, error)
+
+    async def _send(self, kind: str, url: str, payload: dict[str, Any]) -> tuple[int | None, str | None]:
+        """(status, error): error None when the receiver took it."""
         status: int | None = None
         timeout_s = self._settings.delivery_timeout_s
         try:
-            if row["kind"] == "email":
-                await asyncio.wait_for(
-                    asyncio.to_thread(send_email, row["url"], row["payload"], timeout_s), timeout_s + 1
-                )
-                status, error = 250, None
-            else:
-                response = await self._http.post(row["url"], json=row["payload"], timeout=timeout_s)
-                status = response.status_code
-                error = None if response.is_success else f"HTTP {status}: {response.text[:200]}"
+            if kind == "email":
+                await asyncio.wait_for(asyncio.to_thread(send_email, url, payload, timeout_s), timeout_s + 1)
+                return 250, None
+            response = await self._http.post(url, json=payload, timeout=timeout_s)
+            status = response.status_code
+            return status, None if response.is_success else f"HTTP {status}: {response.text[:200]}"
         except smtplib.SMTPResponseException as exc:
             # SMTP's own codes: 4xx means try again later, 5xx never (mapped onto HTTP's sense).
-            status = 400 if exc.smtp_code >= 500 else 503
-            error = f"SMTP {exc.smtp_code}: {exc.smtp_error!r}"[:300]
+            return 400 if exc.smtp_code >= 500 else 503, f"SMTP {exc.smtp_code}: {exc.smtp_error!r}"[:300]
         except (httpx.HTTPError, smtplib.SMTPException, OSError, TimeoutError) as exc:
-            error = f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
+            return status, f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
         except Exception as exc:  # a message that cannot be sent at all: say so, never crash
             raise_if_cancelling()
-            log.exception("notification %s cannot be sent", row["id"])
-            status, error = 400, f"cannot be sent: {type(exc).__name__}: {exc}"[:300]
-        async with self._db.transaction() as conn:
-            if error is None:
-                await conn.execute(SQL.notification_sent, row["id"], status)
-                return
-            age_s = (datetime.now(UTC) - row["created_at"]).total_seconds()
-            permanent = status is not None and 400 <= status < 500 and status not in RETRYABLE
-            if permanent or age_s > self._settings.give_up_after_s:
-                log.error("notification %s to %s failed for good: %s", row["id"], row["receiver"], error)
-                await conn.execute(SQL.notification_failed, row["id"], status, error)
-                return
-            backoff = min(2.0 ** (row["attempts"] - 1), self._settings.max_backoff_s)
-            log.warning(
-                "notification %s to %s: %s; again in %.0fs", row["id"], row["receiver"], error, backoff
-            )
-            await conn.execute(SQL.notification_retry, row["id"], backoff, status, error)
+            log.exception("a %s notification to %s cannot be sent", kind, url)
+            return 400, f"cannot be sent: {type(exc).__name__}: {exc}"[:300]
+
+    async def _failed(self, conn: Connection, row: dict[str, Any], status: int | None, error: str) -> None:
+        age_s = (datetime.now(UTC) - row["created_at"]).total_seconds()
+        permanent = status is not None and 400 <= status < 500 and status not in RETRYABLE
+        if permanent or age_s > self._settings.give_up_after_s:
+            log.error("notification %s to %s failed for good: %s", row["id"], row["receiver"], error)
+            await conn.execute(SQL.notification_failed, row["id"], status, error)
+            return
+        backoff = min(2.0 ** (row["attempts"] - 1), self._settings.max_backoff_s)
+        log.warning("notification %s to %s: %s; again in %.0fs", row["id"], row["receiver"], error, backoff)
+        await conn.execute(SQL.notification_retry, row["id"], backoff, status, error)
+
+
+def _batches(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The claimed rows as messages: one per (receiver, group) — PagerDuty's one per row."""
+    batches: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        alone = row["kind"] == "pagerduty" or not row["group_key"]
+        key = ("row", row["id"]) if alone else (row["receiver"], row["group_key"], row["kind"], row["url"])
+        batches.setdefault(key, []).append(row)
+    return list(batches.values())
 
 
 def send_email(url: str, message: dict[str, Any], timeout_s: float) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from services.alerter.routing import Receiver
+from services.alerter.routing import Grouping, Receiver
 
 PAGERDUTY_ACTION = {"firing": "trigger", "acknowledged": "acknowledge", "resolved": "resolve"}
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -34,8 +34,18 @@ def labels_of(alert: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) -> dict[str, Any] | None:
-    """The body to send, or None when this kind of receiver is not told of this change."""
+def payload_for(
+    receiver: Receiver,
+    alert: dict[str, Any],
+    event: str,
+    by: str,
+    group: Grouping,
+    *,
+    repeat: bool = False,
+) -> dict[str, Any] | None:
+    """The body to send for one alert's change (``repeat``: still firing, said again), or
+    None when this kind of receiver is not told of this change. ``combine`` makes one
+    message of a group's batch."""
     labels = labels_of(alert)
     if receiver.webhook is not None:
         if event == "acknowledged":
@@ -43,11 +53,11 @@ def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) 
         status = "resolved" if event == "resolved" else "firing"
         return {
             "version": "4",
-            "groupKey": f'{{}}:{{fingerprint="{alert["fingerprint"]}"}}',
+            "groupKey": group.key,
             "truncatedAlerts": 0,
             "status": status,
             "receiver": receiver.name,
-            "groupLabels": {"rule": alert["rule"]},
+            "groupLabels": group.labels,
             "commonLabels": labels,
             "commonAnnotations": {"summary": alert["summary"], **alert["annotations"]},
             "externalURL": "",
@@ -78,9 +88,11 @@ def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) 
                 "custom_details": {**labels, **alert["annotations"]},
             }
         return body
-    verb = {"firing": "FIRING", "acknowledged": f"acknowledged by {by}", "resolved": f"resolved ({by})"}[
-        event
-    ]
+    verb = {
+        "firing": "STILL FIRING" if repeat else "FIRING",
+        "acknowledged": f"acknowledged by {by}",
+        "resolved": f"resolved ({by})",
+    }[event]
     line = f"[{alert['severity'].upper()}] {alert['rule']}: {alert['summary']} — {verb}"
     if receiver.email is not None:
         details = "\n".join(f"  {k}: {v}" for k, v in sorted(labels.items()))
@@ -92,6 +104,36 @@ def payload_for(receiver: Receiver, alert: dict[str, Any], event: str, by: str) 
             f"{_iso(alert['started_at'])}.\n\nLabels:\n{details}\n",
         }
     return {"text": line}
+
+
+def combine(kind: str, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    """One message for a batch of one group's changes, as each kind of receiver reads it
+    (PagerDuty is never batched: its Events API takes one event per request)."""
+    if len(bodies) == 1:
+        return bodies[0]
+    if kind == "webhook":
+        alerts = [a for body in bodies for a in body["alerts"]]
+        return {
+            **bodies[0],
+            "status": "firing" if any(a["status"] == "firing" for a in alerts) else "resolved",
+            "commonLabels": _common([a["labels"] for a in alerts]),
+            "commonAnnotations": _common([a["annotations"] for a in alerts]),
+            "alerts": alerts,
+        }
+    if kind == "email":
+        return {
+            **bodies[0],
+            "subject": f"[{len(bodies)} alerts] {bodies[0]['subject']}"[:200],
+            "body": "\n\n".join(body["body"] for body in bodies),
+        }
+    if kind == "slack":
+        return {"text": f"{len(bodies)} alerts:\n" + "\n".join(body["text"] for body in bodies)}
+    raise ValueError(f"{kind} notifications are sent one by one")
+
+
+def _common(mappings: list[dict[str, str]]) -> dict[str, str]:
+    first, *rest = mappings
+    return {k: v for k, v in first.items() if all(m.get(k) == v for m in rest)}
 
 
 def url_of(receiver: Receiver) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from asyncpg import Record
 
 from services.alerter.payloads import labels_of, payload_for, url_of
-from services.alerter.routing import Routing
+from services.alerter.routing import IMMEDIATE, Grouping, Receiver, Routing
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
@@ -97,28 +99,54 @@ async def _notify(conn: Connection, alert_id: str, event: str, by: str, routing:
     """Queue the change (same transaction): a firing for every receiver the routing picks —
     logged as suppressed when a silence or an inhibition covers the alert — and an
     acknowledge or resolve for every receiver that was told of the firing (escalation
-    receivers included), so no incident is left open anywhere."""
+    receivers included), so no incident is left open anywhere. Each goes in its group."""
     row = await conn.fetchrow(SQL.alert_row, alert_id)
     assert row is not None  # changed in this very transaction
     alert = dict(row)
     labels = labels_of(alert)
+    grouping = routing.route.grouping(labels, alert["fingerprint"])
     if event == "firing":
-        receivers = routing.receivers_for(labels)
+        plan = [(receiver, grouping) for receiver in routing.receivers_for(labels)]
         suppressed_by = await _suppression(conn, labels)
     else:
-        by_name = {r.name: r for r in routing.receivers}
-        told = [r["receiver"] for r in await conn.fetch(SQL.receivers_told, alert_id)]
-        receivers = [by_name[name] for name in told if name in by_name]  # (one since removed: not told)
+        told = await conn.fetch(SQL.receivers_told, alert_id)
+        plan = [
+            (receiver, replace(grouping, key=r["group_key"]))
+            for r in told
+            if (receiver := routing.receiver(r["receiver"])) is not None  # (one since removed: not told)
+        ]
         suppressed_by = None
-    for receiver in receivers:
-        body = payload_for(receiver, alert, event, by)
-        if body is None:
-            continue
-        args = (alert_id, event, receiver.name, receiver.kind, url_of(receiver), body)
-        if suppressed_by is None:
-            await conn.execute(SQL.enqueue_notification, *args)
-        else:
-            await conn.execute(SQL.enqueue_suppressed, *args, suppressed_by)
+    for receiver, group in plan:
+        await _enqueue(conn, alert, event, by, receiver, group, suppressed_by=suppressed_by)
+
+
+async def _enqueue(
+    conn: Connection,
+    alert: dict[str, Any],
+    event: str,
+    by: str,
+    receiver: Receiver,
+    group: Grouping,
+    *,
+    round_: int = 0,
+    repeat: bool = False,
+    suppressed_by: str | None = None,
+) -> bool:
+    """Queue one notification, due when its group's timing says; False if this receiver is
+    not told of this kind of change, or it was queued already."""
+    body = payload_for(receiver, alert, event, by, group, repeat=repeat)
+    if body is None:
+        return False
+    args = (alert["id"], event, receiver.name, receiver.kind, url_of(receiver), body, group.key, round_)
+    if suppressed_by is not None:
+        return await conn.execute(SQL.enqueue_suppressed, *args, suppressed_by) == "INSERT 0 1"
+    due = None  # now: the default timing sends every change at once, without a query
+    if group.wait_s or group.interval_s:
+        due = await conn.fetchval(
+            SQL.group_due, receiver.name, group.key, alert["id"], group.wait_s, group.interval_s,
+            event == "firing",
+        )  # fmt: skip
+    return await conn.execute(SQL.enqueue_notification, *args, due) == "INSERT 0 1"
 
 
 async def _suppression(conn: Connection, labels: dict[str, str]) -> str | None:
@@ -164,13 +192,32 @@ async def escalate_due(conn: Connection, routing: Routing) -> list[tuple[str, st
             continue
         if await _suppression(conn, labels) is not None:
             continue
+        group = replace(IMMEDIATE, key=f"escalation:{alert['fingerprint']}")
         for receiver in escalation[1]:
-            body = payload_for(receiver, alert, "firing", "alerter")
-            if body is None:
-                continue
-            args = (alert["id"], "firing", receiver.name, receiver.kind, url_of(receiver), body)
-            if await conn.execute(SQL.enqueue_notification, *args) == "INSERT 0 1":
+            if await _enqueue(conn, alert, "firing", "alerter", receiver, group):
                 note = f"not acknowledged in {escalation[0]:.0f}s: escalated to {receiver.name}"
                 await conn.execute(SQL.record_transition, alert["id"], "firing", "firing", "alerter", note)
                 escalated.append((alert["id"], receiver.name))
     return escalated
+
+
+async def repeat_due(conn: Connection, routing: Routing) -> list[tuple[str, str]]:
+    """Queue the next round of alerts still firing that nobody acknowledged: after their
+    route's ``repeat_interval`` since a receiver was last told, or at once when the silence
+    or inhibition that held them back is over (a maintenance window ended with the problem
+    still there). Returns the (alert, receiver) pairs queued; a repeated run is harmless."""
+    repeated = []
+    for row in await conn.fetch(SQL.repeat_candidates):
+        alert = dict(row)
+        labels = labels_of(alert)
+        receiver = routing.receiver(row["receiver"])
+        group = replace(routing.route.grouping(labels, alert["fingerprint"]), key=row["group_key"])
+        due = row["last_state"] == "suppressed" or row["since_s"] >= group.repeat_s
+        if receiver is None or not due or await _suppression(conn, labels) is not None:
+            continue
+        again = row["last_state"] == "sent"  # else told for the first time
+        if await _enqueue(
+            conn, alert, "firing", "alerter", receiver, group, round_=row["round"] + 1, repeat=again
+        ):
+            repeated.append((alert["id"], receiver.name))
+    return repeated

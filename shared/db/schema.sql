@@ -39,6 +39,11 @@ CREATE TABLE alerter.alerts (
     CONSTRAINT alerts_severity_check CHECK ((severity = ANY (ARRAY['info'::text, 'warning'::text, 'critical'::text]))),
     CONSTRAINT alerts_state_check CHECK ((state = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text])))
 );
+CREATE TABLE alerter.notification_groups (
+    receiver text NOT NULL,
+    group_key text NOT NULL,
+    last_sent_at timestamp with time zone NOT NULL
+);
 CREATE TABLE alerter.notifications (
     id bigint NOT NULL,
     alert_id text NOT NULL,
@@ -54,8 +59,11 @@ CREATE TABLE alerter.notifications (
     last_error text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     sent_at timestamp with time zone,
+    group_key text DEFAULT ''::text NOT NULL,
+    round integer DEFAULT 0 NOT NULL,
     CONSTRAINT notifications_event_check CHECK ((event = ANY (ARRAY['firing'::text, 'acknowledged'::text, 'resolved'::text]))),
     CONSTRAINT notifications_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'slack'::text, 'pagerduty'::text, 'email'::text]))),
+    CONSTRAINT notifications_round_check CHECK ((round >= 0)),
     CONSTRAINT notifications_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'failed'::text, 'suppressed'::text])))
 );
 CREATE SEQUENCE alerter.notifications_id_seq
@@ -328,8 +336,10 @@ ALTER TABLE ONLY alerter.alert_transitions
     ADD CONSTRAINT alert_transitions_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY alerter.alerts
     ADD CONSTRAINT alerts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY alerter.notification_groups
+    ADD CONSTRAINT notification_groups_pkey PRIMARY KEY (receiver, group_key);
 ALTER TABLE ONLY alerter.notifications
-    ADD CONSTRAINT notifications_alert_id_event_receiver_key UNIQUE (alert_id, event, receiver);
+    ADD CONSTRAINT notifications_once_per_round UNIQUE (alert_id, event, receiver, round);
 ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY alerter.silences
@@ -372,6 +382,7 @@ ALTER TABLE ONLY scheduler.preemptions
     ADD CONSTRAINT preemptions_pkey PRIMARY KEY (job_id, generation);
 CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions USING btree (alert_id, id);
 CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
+CREATE INDEX notifications_by_group ON alerter.notifications USING btree (receiver, group_key);
 CREATE INDEX notifications_due ON alerter.notifications USING btree (next_attempt_at) WHERE (state = 'pending'::text);
 CREATE INDEX silences_active ON alerter.silences USING btree (ends_at);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));

@@ -38,6 +38,23 @@ def test_routes_pick_the_first_matching_child_else_the_default() -> None:
     assert parse_routing("").receivers_for({"severity": "critical"}) == []
 
 
+def test_grouping_is_inherited_down_the_tree_and_durations_read_as_alertmanager_writes_them() -> None:
+    routing = parse_routing(
+        GOOD.replace(
+            "  receiver: tools\n", "  receiver: tools\n  group_wait: 10s\n  repeat_interval: 1h30m\n"
+        )
+        + "      group_by: [node]\n      group_interval: 5m\n"
+    )
+    job = routing.route.grouping({"rule": "JobFailed", "node": "n1", "severity": "warning"}, "JobFailed/j1/0")
+    assert job.key == '{}/{rule="JobFailed"}:{node="n1"}'
+    assert job.labels == {"node": "n1"}
+    assert (job.wait_s, job.interval_s, job.repeat_s) == (10.0, 300.0, 5400.0)
+    other = routing.route.grouping({"rule": "NodeUnreachable", "severity": "warning"}, "NodeUnreachable/n2")
+    assert other.key == '{}:{fingerprint="NodeUnreachable/n2"}'  # the default: every alert alone
+    assert (other.wait_s, other.interval_s, other.repeat_s) == (10.0, 0.0, 5400.0)
+    assert parse_routing("").route.grouping({}, "f").repeat_s == 4 * 3600
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -50,6 +67,9 @@ def test_routes_pick_the_first_matching_child_else_the_default() -> None:
         ),
         (GOOD.replace("receivers: [oncall, chat]", "receivers: [oncall, pager]"), "not defined: ['pager']"),
         ("receivers: [\n", "not valid YAML"),
+        (GOOD + "  group_wait: 5 minutes\n", "line 15, route.group_wait: Value error, '5 minutes' is not"),
+        (GOOD + "  repeat_interval: 0s\n", "line 15, route.repeat_interval: Input should be greater than 0"),
+        (GOOD + "  group_by: node\n", "line 15, route.group_by: Input should be a valid list"),
     ],
 )
 def test_a_bad_file_is_refused_naming_line_and_field(text: str, expected: str) -> None:

@@ -34,9 +34,32 @@ SELECT id, rule, fingerprint, severity, state, summary, labels, annotations, sta
 FROM alerter.alerts WHERE id = $1;
 
 -- name: enqueue_notification
-INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (alert_id, event, receiver) DO NOTHING;
+-- Due at $9 (NULL: now); a repeat of the same change is a new round ($8).
+INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload, group_key, round,
+                                   next_attempt_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, now()))
+ON CONFLICT (alert_id, event, receiver, round) DO NOTHING;
+
+-- name: group_due
+-- When a change to alert $3 is due at receiver $1 in group $2: with the group's batch
+-- that is already waiting (not yet tried), if there is one; else, for a firing ($6) that
+-- opens the group (no other open alert in it), after group_wait ($4 s); else group_interval
+-- ($5 s) after the group's last message, or now if that is past.
+SELECT coalesce(
+    (SELECT min(next_attempt_at) FROM alerter.notifications
+     WHERE receiver = $1 AND group_key = $2 AND state = 'pending' AND attempts = 0),
+    CASE WHEN $6::bool AND NOT EXISTS (
+             SELECT 1 FROM alerter.notifications n JOIN alerter.alerts a ON a.id = n.alert_id
+             WHERE n.receiver = $1 AND n.group_key = $2 AND n.alert_id <> $3 AND a.state <> 'resolved')
+         THEN now() + make_interval(secs => $4)
+         ELSE greatest(now(), (SELECT last_sent_at + make_interval(secs => $5)
+                               FROM alerter.notification_groups WHERE receiver = $1 AND group_key = $2))
+    END);
+
+-- name: group_sent
+INSERT INTO alerter.notification_groups (receiver, group_key, last_sent_at)
+VALUES ($1, $2, now())
+ON CONFLICT (receiver, group_key) DO UPDATE SET last_sent_at = excluded.last_sent_at;
 
 -- name: claim_notifications
 -- Due rows, leased for $1 seconds: a crash mid-delivery leaves them due again after it.
@@ -51,7 +74,8 @@ WHERE n.id IN (
           WHERE e.alert_id = p.alert_id AND e.receiver = p.receiver AND e.id < p.id AND e.state = 'pending')
     ORDER BY id FOR UPDATE SKIP LOCKED LIMIT $2
 )
-RETURNING n.id, n.alert_id, n.event, n.receiver, n.kind, n.url, n.payload, n.attempts, n.created_at;
+RETURNING n.id, n.alert_id, n.event, n.receiver, n.kind, n.url, n.payload, n.attempts, n.created_at,
+          n.group_key;
 
 -- name: notification_sent
 UPDATE alerter.notifications
@@ -70,15 +94,35 @@ WHERE id = $1;
 
 -- name: enqueue_suppressed
 -- The notification log keeps what was not sent, and why.
-INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload, state, last_error)
-VALUES ($1, $2, $3, $4, $5, $6, 'suppressed', $7)
-ON CONFLICT (alert_id, event, receiver) DO NOTHING;
+INSERT INTO alerter.notifications (alert_id, event, receiver, kind, url, payload, group_key, round,
+                                   state, last_error)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'suppressed', $9)
+ON CONFLICT (alert_id, event, receiver, round) DO NOTHING;
 
 -- name: receivers_told
--- The receivers that were (or are being) told of an alert's firing.
-SELECT receiver FROM alerter.notifications
-WHERE alert_id = $1 AND event = 'firing' AND state <> 'suppressed'
+-- The receivers that were (or are being) told of an alert's firing, with their group.
+SELECT receiver, group_key FROM (
+    SELECT DISTINCT ON (receiver) receiver, group_key, id FROM alerter.notifications
+    WHERE alert_id = $1 AND event = 'firing' AND state <> 'suppressed'
+    ORDER BY receiver, round
+) told
 ORDER BY id;
+
+-- name: repeat_candidates
+-- Alerts still firing (nobody acknowledged them), with each receiver's latest round of the
+-- firing, sent (how long ago) or suppressed: what repeat_interval and ended silences act on.
+SELECT a.id, a.rule, a.fingerprint, a.severity, a.state, a.summary, a.labels, a.annotations,
+       a.started_at, a.resolved_at, last.receiver, last.group_key, last.round, last.state AS last_state,
+       extract(epoch FROM now() - coalesce(last.sent_at, last.created_at))::float8 AS since_s
+FROM alerter.alerts a
+CROSS JOIN LATERAL (
+    SELECT DISTINCT ON (receiver) receiver, group_key, round, state, sent_at, created_at
+    FROM alerter.notifications n
+    WHERE n.alert_id = a.id AND n.event = 'firing'
+    ORDER BY receiver, round DESC
+) last
+WHERE a.state = 'firing' AND last.state IN ('sent', 'suppressed')
+ORDER BY a.started_at, last.receiver;
 
 -- name: active_silences
 SELECT id, matchers FROM alerter.silences WHERE starts_at <= now() AND ends_at > now() ORDER BY id;
