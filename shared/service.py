@@ -4,7 +4,7 @@ A service's composition root (``services/<name>/app.py``) does::
 
     async with service_resources("scheduler", settings.common) as res:
         async with asyncio.TaskGroup() as tg:
-            res.start_common_tasks(tg)          # health endpoint + outbox relay
+            res.start_common_tasks(tg)          # health endpoint, outbox relay, liveness
             tg.create_task(my_loop(res))        # the service's own loops
 
 ``service_resources`` builds telemetry, the Postgres pool (running migrations), the NATS
@@ -35,6 +35,7 @@ from shared.bus.nats import NatsBus
 from shared.db.migrations import apply_migrations
 from shared.db.pool import Database, connect
 from shared.deadletters import PostgresDeadLetters
+from shared.liveness import Liveness
 from shared.outbox import OutboxRelay
 from shared.settings import CommonSettings, HealthSettings
 from shared.telemetry import setup_telemetry
@@ -129,10 +130,12 @@ class ServiceResources:
     dead_letters: PostgresDeadLetters
     relay: OutboxRelay
     health: Health
+    liveness: Liveness
 
     def start_common_tasks(self, tg: asyncio.TaskGroup) -> None:
         tg.create_task(serve_health(self.health, self.settings.health), name="health")
         tg.create_task(self.relay.run(), name="outbox-relay")
+        tg.create_task(self.liveness.run(), name="liveness")
 
 
 @asynccontextmanager
@@ -163,6 +166,7 @@ async def service_resources(
             dead_letters=PostgresDeadLetters(db),
             relay=OutboxRelay(db, bus, source=event_source or f"corral/{name}"),
             health=health,
+            liveness=Liveness(db, name, settings.health.liveness_interval_s),
         )
         log.info("%s shutting down", name)
 

@@ -56,6 +56,8 @@ class HealthSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int | None = Field(default=0, ge=0, le=65535)
+    # How often the instance records that it is alive (shared/liveness.py).
+    liveness_interval_s: float = Field(default=10.0, gt=0)
 
 
 class HomeSettings(BaseSettings):

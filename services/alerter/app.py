@@ -12,11 +12,12 @@ from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
 from services.alerter.repository import escalate_due, repeat_due
 from services.alerter.routing import RoutingFile
-from services.alerter.rule_config import AlertRules, default_rules
+from services.alerter.rule_config import default_rules
 from services.alerter.settings import Settings
-from services.alerter.yamlconfig import WatchedFile
+from shared.alert_rules import AlertRules
 from shared.bus import ConsumerSpec, run_consumer
 from shared.service import every, run_service, service_resources
+from shared.yamlconfig import WatchedFile
 
 log = logging.getLogger(__name__)
 

@@ -9,22 +9,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.alerter.routing import Routing
-from services.alerter.rule_config import AlertRules, EventRule
-from services.alerter.rules import AlertDraft
+from services.alerter.rules import AlertDraft, drafted
+from shared.alert_rules import AlertRules
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 
 SQL = Queries(Path(__file__).parent / "sql")
-CONDITION_RULES = ("JobPendingTooLong", "GpuIdle")
+CONDITION_RULES = ("JobPendingTooLong", "GpuIdle", "VcStarved", "ServiceDown")
 
 
 def _duration(seconds: float) -> str:
     minutes = int(seconds // 60)
+    if minutes == 0:
+        return f"{seconds:.0f}s"
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
-
-
-def _annotations(rule: EventRule) -> dict[str, str]:
-    return {"runbook_url": rule.runbook} if rule.runbook else {}
 
 
 async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertDraft]:
@@ -33,34 +31,43 @@ async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertD
     pending = rules.conditions.job_pending_too_long
     if pending.enabled:
         for row in await conn.fetch(SQL.jobs_pending_longer_than, pending.after_s):
+            summary = (
+                f"job {row['id']} ({row['name']}) has been pending for {_duration(row['age_s'])}"
+                f" waiting for {row['total_gpus']} GPU(s)"
+            )
+            labels = {"job": row["id"], "user": row["username"], "virtual_cluster": row["virtual_cluster"]}
             drafts.append(
-                AlertDraft(
-                    rule="JobPendingTooLong",
-                    fingerprint=f"JobPendingTooLong/{row['id']}",
-                    severity=pending.severity,
-                    summary=f"job {row['id']} ({row['name']}) has been pending for {_duration(row['age_s'])}"
-                    f" waiting for {row['total_gpus']} GPU(s)",
-                    labels={
-                        "job": row["id"],
-                        "user": row["username"],
-                        "virtual_cluster": row["virtual_cluster"],
-                    },
-                    annotations=_annotations(pending),
-                )
+                drafted(pending, "JobPendingTooLong", f"JobPendingTooLong/{row['id']}", summary, labels)
             )
     idle = rules.conditions.gpu_idle
     if idle.enabled:
         for row in await conn.fetch(SQL.idle_jobs, idle.for_s, idle.below_pct):
+            summary = (
+                f"job {row['job_id']} holds {row['gpus']} GPU(s) under {idle.below_pct:g}% "
+                f"utilisation for {_duration(idle.for_s)} (at most {row['util_max']:.0f}%)"
+            )
+            labels = {"job": row["job_id"], "node": row["node_id"]}
+            drafts.append(drafted(idle, "GpuIdle", f"GpuIdle/{row['job_id']}", summary, labels))
+    starved = rules.conditions.vc_starved
+    if starved.enabled:
+        for row in await conn.fetch(SQL.starved_virtual_clusters, starved.after_s):
+            vc = row["virtual_cluster"]
+            summary = (
+                f"virtual cluster {vc}: {row['jobs']} job(s) wanting {row['gpus']} GPU(s) pending,"
+                f" the oldest for {_duration(row['waited_s'])}, and none of its jobs started"
+                f" in {_duration(starved.after_s)}"
+            )
+            drafts.append(drafted(starved, "VcStarved", f"VcStarved/{vc}", summary, {"virtual_cluster": vc}))
+    down = rules.conditions.service_down
+    if down.enabled:
+        for row in await conn.fetch(SQL.silent_services, down.after_s, down.services):
+            service = row["service"]
+            summary = (
+                f"service {service} is down: none of its {row['instances']} instance(s) on record"
+                f" was heard for {_duration(row['silent_s'])}"
+            )
             drafts.append(
-                AlertDraft(
-                    rule="GpuIdle",
-                    fingerprint=f"GpuIdle/{row['job_id']}",
-                    severity=idle.severity,
-                    summary=f"job {row['job_id']} holds {row['gpus']} GPU(s) under {idle.below_pct:g}% "
-                    f"utilisation for {_duration(idle.for_s)} (at most {row['util_max']:.0f}%)",
-                    labels={"job": row["job_id"], "node": row["node_id"]},
-                    annotations=_annotations(idle),
-                )
+                drafted(down, "ServiceDown", f"ServiceDown/{service}", summary, {"service": service})
             )
     return drafts
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from services.alerter.repository import (
+    SQL,
     acknowledge,
     apply_silence_request,
     open_alert,
@@ -13,14 +15,14 @@ from services.alerter.repository import (
     resolve_fingerprint,
 )
 from services.alerter.routing import RoutingFile
-from services.alerter.rule_config import AlertRules
-from services.alerter.rules import draft_for, resolutions
-from services.alerter.yamlconfig import WatchedFile
+from services.alerter.rules import AlertDraft, draft_for, resolutions
+from shared.alert_rules import AlertRules
 from shared.bus import ConsumerConfig
 from shared.bus.streams import ALERTS, JOBS, NODES
-from shared.db.pool import Database
+from shared.db.pool import Connection, Database
 from shared.events import AlertActionRequested, Event, SilenceRequested
 from shared.idempotency import first_time
+from shared.yamlconfig import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class AlerterHandlers:
             if not await first_time(conn, "alerter", event.id):
                 return
             if draft is not None:
-                await open_alert(conn, draft, routing)
+                await open_alert(conn, await _with_owner(conn, draft), routing)
             for fingerprint, why in ends:
                 await resolve_fingerprint(conn, fingerprint, why, routing)
             if silence is not None and not await apply_silence_request(conn, silence):
@@ -79,3 +81,13 @@ class AlerterHandlers:
                 if not await act(conn, action.alert_id, action.by, action.note, routing):
                     log.info("alert %s: %s by %s changed nothing", action.alert_id, action.action, action.by)
         self._wake_delivery.set()  # notifications may be queued: send them now
+
+
+async def _with_owner(conn: Connection, draft: AlertDraft) -> AlertDraft:
+    """A job's alert names its owner and virtual cluster, so routes can reach the owner."""
+    job_id = draft.labels.get("job")
+    row = await conn.fetchrow(SQL.job_owner, job_id) if job_id else None
+    if row is None:
+        return draft
+    owner = {"user": row["username"], "virtual_cluster": row["virtual_cluster"]}
+    return replace(draft, labels={**draft.labels, **owner})

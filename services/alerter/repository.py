@@ -10,7 +10,7 @@ from asyncpg import Record
 
 from services.alerter.payloads import labels_of, payload_for, url_of
 from services.alerter.routing import IMMEDIATE, Grouping, Receiver, Routing
-from services.alerter.rules import AlertDraft
+from services.alerter.rules import ONE_SHOT_RULES, AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import AlertChanged, AlertFiring
@@ -205,9 +205,10 @@ async def repeat_due(conn: Connection, routing: Routing) -> list[tuple[str, str]
     """Queue the next round of alerts still firing that nobody acknowledged: after their
     route's ``repeat_interval`` since a receiver was last told, or at once when the silence
     or inhibition that held them back is over (a maintenance window ended with the problem
-    still there). Returns the (alert, receiver) pairs queued; a repeated run is harmless."""
+    still there). One-shot alerts (a job failed) are told once. Returns the (alert,
+    receiver) pairs queued; a repeated run is harmless."""
     repeated = []
-    for row in await conn.fetch(SQL.repeat_candidates):
+    for row in await conn.fetch(SQL.repeat_candidates, list(ONE_SHOT_RULES)):
         alert = dict(row)
         labels = labels_of(alert)
         receiver = routing.receiver(row["receiver"])

@@ -49,7 +49,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, HttpUrl, model_validator
 
-from services.alerter.yamlconfig import ConfigError, WatchedFile, parse_yaml
+from shared.yamlconfig import ConfigError, WatchedFile, parse_yaml
 
 log = logging.getLogger(__name__)
 

@@ -1,56 +1,20 @@
-"""The alert rules file (``alert_rules.yaml``): severities, runbooks, condition thresholds.
+"""The alert rules in force: the shipped defaults (``alert_rules.yaml`` beside this
+module), the operator's file (``CORRAL_ALERTER_RULES_FILE``, re-read when it changes), and
+an admin's overrides recorded through the API, merged over the file.
 
-Re-read while the alerter runs (``CORRAL_ALERTER_RULES_FILE``, see ``yamlconfig``); the
-copy shipped beside this module is the default.
+The model is ``shared.alert_rules`` (the API validates overrides with it too).
 """
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+
+from shared.alert_rules import AlertRules
 
 RULES_PATH = Path(__file__).parent / "alert_rules.yaml"
-Severity = Literal["info", "warning", "critical"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EventRule(_Strict):
-    severity: Severity
-    runbook: str = Field(default="", max_length=500)
-
-
-class EventRules(_Strict):
-    job_failed: EventRule = EventRule(severity="warning")
-    node_unreachable: EventRule = EventRule(severity="critical")
-    gpu_unhealthy: EventRule = EventRule(severity="warning")
-
-
-class PendingRule(EventRule):
-    enabled: bool = True
-    after_s: float = Field(default=3600.0, gt=0)
-
-
-class IdleRule(EventRule):
-    enabled: bool = True
-    below_pct: float = Field(default=5.0, gt=0, le=100)
-    for_s: float = Field(default=3600.0, ge=30)
-
-
-class ConditionRules(_Strict):
-    job_pending_too_long: PendingRule = PendingRule(severity="warning")
-    gpu_idle: IdleRule = IdleRule(severity="warning")
-
-
-class AlertRules(_Strict):
-    events: EventRules = EventRules()
-    conditions: ConditionRules = ConditionRules()
 
 
 @cache

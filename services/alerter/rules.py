@@ -7,56 +7,71 @@ A rule maps an event to an ``AlertDraft`` (or nothing). The fingerprint identifi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-from services.alerter.rule_config import EventRule, EventRules
+from shared.alert_rules import EventRule, EventRules, Severity
 from shared.events import Event, JobFailed, NodeDrained, NodeRegistered, NodeUndrained, NodeUnreachable
+
+# Alerts of these rules report a thing that happened, not a state that lasts: they are
+# told once — never repeated, and not sent after a silence that covered them ends.
+ONE_SHOT_RULES = ("JobFailed",)
 
 
 @dataclass(frozen=True)
 class AlertDraft:
     rule: str
     fingerprint: str
-    severity: Literal["info", "warning", "critical"]
+    severity: Severity
     summary: str
     labels: dict[str, str]
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-def _runbook(rule: EventRule) -> dict[str, str]:
-    return {"runbook_url": rule.runbook} if rule.runbook else {}
+def drafted(
+    rule: EventRule,
+    name: str,
+    fingerprint: str,
+    summary: str,
+    labels: dict[str, str],
+    severity: Severity | None = None,
+) -> AlertDraft:
+    """An alert of ``rule``: its severity (unless given), its labels under the alert's own
+    (which win on a clash: they are facts), its annotations and runbook."""
+    return AlertDraft(
+        name,
+        fingerprint,
+        severity or rule.severity,
+        summary,
+        {**rule.labels, **labels},
+        rule.extra_annotations(),
+    )
 
 
 def draft_for(event: Event, rules: EventRules) -> AlertDraft | None:
-    """The alert an event raises, with the severity and runbook the rules file gives it."""
+    """The alert an event raises, as the rules in force describe it."""
     match event:
         case JobFailed(data=data):
-            return AlertDraft(
-                rule="JobFailed",
-                fingerprint=f"JobFailed/{data.job_id}/{data.generation}",
-                severity=rules.job_failed.severity,
-                summary=f"job {data.job_id} failed: {data.reason or 'no reason given'}",
-                labels={"job": data.job_id},
-                annotations=_runbook(rules.job_failed),
-            )
+            summary = f"job {data.job_id} failed: {data.reason or 'no reason given'}"
+            fingerprint = f"JobFailed/{data.job_id}/{data.generation}"
+            return drafted(rules.job_failed, "JobFailed", fingerprint, summary, {"job": data.job_id})
         case NodeUnreachable(data=data):
-            return AlertDraft(
-                rule="NodeUnreachable",
-                fingerprint=f"NodeUnreachable/{data.node_id}",
-                severity=rules.node_unreachable.severity,
-                summary=(f"node {data.node_id} sent no heartbeat for {data.last_heartbeat_age_s:.0f}s"),
-                labels={"node": data.node_id},
-                annotations=_runbook(rules.node_unreachable),
+            summary = f"node {data.node_id} sent no heartbeat for {data.last_heartbeat_age_s:.0f}s"
+            return drafted(
+                rules.node_unreachable,
+                "NodeUnreachable",
+                f"NodeUnreachable/{data.node_id}",
+                summary,
+                {"node": data.node_id},
             )
         case NodeDrained(data=data) if data.drained_by == "monitor":
-            # A health rule drained it (an admin's own drain needs no page).
-            return AlertDraft(
-                rule="GpuUnhealthy",
-                fingerprint=f"GpuUnhealthy/{data.node_id}",
-                severity="critical" if data.evict else rules.gpu_unhealthy.severity,
-                summary=f"node {data.node_id} drained: {data.reason}",
-                labels={"node": data.node_id, "evict": str(data.evict).lower()},
-                annotations=_runbook(rules.gpu_unhealthy),
+            # A health rule drained it (an admin's own drain needs no page); critical when
+            # the drain evicts: the GPU is gone.
+            return drafted(
+                rules.gpu_unhealthy,
+                "GpuUnhealthy",
+                f"GpuUnhealthy/{data.node_id}",
+                f"node {data.node_id} drained: {data.reason}",
+                {"node": data.node_id, "evict": str(data.evict).lower()},
+                severity="critical" if data.evict else None,
             )
         case _:
             return None

@@ -84,6 +84,7 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
     app = create_app(repo, res.health, settings)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(res.relay.run(), name="outbox-relay")
+        tg.create_task(res.liveness.run(), name="liveness")
         tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
 
 

@@ -161,6 +161,14 @@ CREATE TABLE corral.schema_migrations (
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
+CREATE TABLE corral.service_instances (
+    instance_id text NOT NULL,
+    service text NOT NULL,
+    hostname text NOT NULL,
+    pid integer NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL
+);
 CREATE TABLE launcher.agents (
     node_id text NOT NULL,
     epoch bigint NOT NULL,
@@ -360,6 +368,8 @@ ALTER TABLE ONLY corral.processed_events
     ADD CONSTRAINT processed_events_pkey PRIMARY KEY (consumer, event_id);
 ALTER TABLE ONLY corral.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+ALTER TABLE ONLY corral.service_instances
+    ADD CONSTRAINT service_instances_pkey PRIMARY KEY (instance_id);
 ALTER TABLE ONLY launcher.agents
     ADD CONSTRAINT agents_pkey PRIMARY KEY (node_id);
 ALTER TABLE ONLY launcher.attempts
@@ -389,6 +399,7 @@ CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (stat
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
 CREATE INDEX outbox_sent_at ON corral.outbox USING btree (sent_at) WHERE (sent_at IS NOT NULL);
 CREATE INDEX outbox_unsent ON corral.outbox USING btree (part, id) WHERE (sent_at IS NULL);
+CREATE INDEX service_instances_by_service ON corral.service_instances USING btree (service, last_seen_at);
 CREATE INDEX attempts_by_job ON launcher.attempts USING btree (job_id);
 CREATE INDEX attempts_by_node_live ON launcher.attempts USING btree (node_id) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
 CREATE UNIQUE INDEX attempts_one_live_per_task ON launcher.attempts USING btree (job_id, task_role, task_index) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.alerter.rule_config import AlertRules, default_rules
+from services.alerter.rule_config import default_rules
 from services.alerter.rules import draft_for
-from services.alerter.yamlconfig import WatchedFile
+from shared.alert_rules import AlertRules
 from shared.events import JobFailed
 from shared.events.jobs import JobEndedData
+from shared.yamlconfig import WatchedFile
 
 
 def test_the_shipped_rules_load_and_give_severities_and_runbooks() -> None:

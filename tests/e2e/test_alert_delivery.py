@@ -47,6 +47,9 @@ async def test_a_failed_job_reaches_the_webhook_of_the_routing_file(
     assert body["status"] == "firing"
     assert body["alerts"][0]["labels"]["job"] == job_id
     assert body["alerts"][0]["labels"]["rule"] == "JobFailed"
+    # For the job's owner: the alert names them, so a route can reach them.
+    assert body["alerts"][0]["labels"]["user"] == "admin"
+    assert body["alerts"][0]["labels"]["virtual_cluster"] == "default"
     assert receivers.bodies("pd") == []  # a warning: not routed to the pager
 
 

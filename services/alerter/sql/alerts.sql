@@ -109,8 +109,9 @@ SELECT receiver, group_key FROM (
 ORDER BY id;
 
 -- name: repeat_candidates
--- Alerts still firing (nobody acknowledged them), with each receiver's latest round of the
--- firing, sent (how long ago) or suppressed: what repeat_interval and ended silences act on.
+-- Alerts still firing (nobody acknowledged them; not of the one-shot rules $1), with each
+-- receiver's latest round of the firing, sent (how long ago) or suppressed: what
+-- repeat_interval and ended silences act on.
 SELECT a.id, a.rule, a.fingerprint, a.severity, a.state, a.summary, a.labels, a.annotations,
        a.started_at, a.resolved_at, last.receiver, last.group_key, last.round, last.state AS last_state,
        extract(epoch FROM now() - coalesce(last.sent_at, last.created_at))::float8 AS since_s
@@ -121,7 +122,7 @@ CROSS JOIN LATERAL (
     WHERE n.alert_id = a.id AND n.event = 'firing'
     ORDER BY receiver, round DESC
 ) last
-WHERE a.state = 'firing' AND last.state IN ('sent', 'suppressed')
+WHERE a.state = 'firing' AND last.state IN ('sent', 'suppressed') AND a.rule <> ALL($1::text[])
 ORDER BY a.started_at, last.receiver;
 
 -- name: active_silences
@@ -172,3 +173,29 @@ HAVING max(h.utilization_max) < $2
 
 -- name: open_condition_alerts
 SELECT id, fingerprint FROM alerter.alerts WHERE rule = ANY($1::text[]) AND state <> 'resolved';
+
+-- name: starved_virtual_clusters
+-- Virtual clusters with jobs pending for over $1 s while none of their jobs was placed in
+-- that time: they get nothing. (Once quotas exist, "below its guarantee" sharpens this.)
+SELECT j.virtual_cluster, count(*)::int AS jobs, sum(j.total_gpus)::int AS gpus,
+       max(extract(epoch FROM now() - j.updated_at))::float8 AS waited_s
+FROM api.jobs j
+WHERE j.state = 'PENDING' AND j.updated_at < now() - make_interval(secs => $1)
+  AND NOT EXISTS (
+      SELECT 1 FROM scheduler.allocations a JOIN api.jobs k ON k.id = a.job_id
+      WHERE k.virtual_cluster = j.virtual_cluster AND a.created_at > now() - make_interval(secs => $1))
+GROUP BY j.virtual_cluster
+ORDER BY j.virtual_cluster;
+
+-- name: silent_services
+-- Services ($2) with instances on record, none heard in the last $1 s (a clean stop
+-- removes its row: only a crash, a hang or a lost database connection leaves one ageing).
+SELECT service, count(*)::int AS instances, extract(epoch FROM now() - max(last_seen_at))::float8 AS silent_s
+FROM corral.service_instances
+WHERE service = ANY($2::text[])
+GROUP BY service
+HAVING max(last_seen_at) < now() - make_interval(secs => $1)
+ORDER BY service;
+
+-- name: job_owner
+SELECT username, virtual_cluster FROM api.jobs WHERE id = $1;
