@@ -1,16 +1,20 @@
-"""``corral alerts``, ``ack``, ``resolve``; ``corral silences``, ``silence``, ``unsilence``."""
+"""``corral alerts``, ``ack``, ``resolve``; ``corral silences``, ``silence``, ``unsilence``;
+``corral alert-rules [set FILE | reset]``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from corral.commands.client import CommandError, request
 from corral.commands.nodes import table
 
-COMMANDS = ("alerts", "ack", "resolve", "silences", "silence", "unsilence")
+COMMANDS = ("alerts", "ack", "resolve", "silences", "silence", "unsilence", "alert-rules")
 _MATCHER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(=~|!=|=)(.*)$")
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -46,6 +50,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     silence.add_argument("--comment", default="", help="why, for the next on-call engineer")
     unsilence = commands.add_parser("unsilence", help="end a silence now (admin)")
     unsilence.add_argument("silence")
+    rules = commands.add_parser(
+        "alert-rules", help="show the alert rules in force; set overrides from a YAML file, or reset (admin)"
+    )
+    rules.add_argument("action", nargs="?", choices=("show", "set", "reset"), default="show")
+    rules.add_argument("file", nargs="?", type=Path, help="for set: a YAML (or JSON) document of overrides")
     for verb, text in (("ack", "acknowledge an alert: I'm on it"), ("resolve", "close an alert by hand")):
         sub = commands.add_parser(verb, help=text)
         sub.add_argument("alert")
@@ -81,7 +90,33 @@ def render_silences(silences: list[dict[str, Any]]) -> str:
     return table(["SILENCE", "STATUS", "MATCHERS", "ENDS (UTC)", "BY", "COMMENT"], rows)
 
 
+def alert_rules(action: str, file: Path | None) -> str:
+    if action == "reset":
+        return str(request("DELETE", "/api/v1/alert-rules")["detail"])
+    if action == "set":
+        if file is None:
+            raise CommandError("corral alert-rules set FILE: name the YAML file of overrides")
+        try:
+            document = yaml.safe_load(file.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise CommandError(f"cannot read {file}: {exc}") from exc
+        return str(request("PUT", "/api/v1/alert-rules", json=document or {})["detail"])
+    shown = request("GET", "/api/v1/alert-rules")
+    lines = [f"# {shown['detail']}; overrides version {shown['overrides_version']}"]
+    if shown["overrides_by"]:
+        lines.append(f"# overrides set by {shown['overrides_by']} at {shown['overrides_at'][:19]}")
+    if shown["file"]:
+        lines.append(f"# rules file: {shown['file']}")
+    if shown["problem"]:
+        lines += [f"# PROBLEM: {line}" for line in shown["problem"].splitlines()]
+    if shown["rules"] is not None:
+        lines.append(yaml.safe_dump(shown["rules"], sort_keys=False).rstrip())
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> str:
+    if args.command == "alert-rules":
+        return alert_rules(args.action, args.file)
     if args.command == "silences":
         return render_silences(request("GET", "/api/v1/silences")["items"])
     if args.command == "silence":

@@ -10,14 +10,12 @@ import httpx
 from services.alerter.conditions import reconcile_conditions
 from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
-from services.alerter.repository import escalate_due, repeat_due
+from services.alerter.repository import escalate_due, publish_rules_in_force, repeat_due, rule_overrides
 from services.alerter.routing import RoutingFile
-from services.alerter.rule_config import default_rules
+from services.alerter.rule_config import RulesInForce
 from services.alerter.settings import Settings
-from shared.alert_rules import AlertRules
 from shared.bus import ConsumerSpec, run_consumer
 from shared.service import every, run_service, service_resources
-from shared.yamlconfig import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +23,25 @@ log = logging.getLogger(__name__)
 async def serve(settings: Settings) -> None:
     config = settings.alerter
     routing = RoutingFile(config.routing_file)
-    rules = WatchedFile(AlertRules, config.rules_file, default_rules(), "alert rules")
+    rules = RulesInForce(config.rules_file)
     async with service_resources("alerter", settings.common) as res, httpx.AsyncClient() as http:
         deliverer = Deliverer(res.db, config, http)
-        handlers = AlerterHandlers(res.db, routing, rules, deliverer.wake)
+        published = False
+
+        async def refresh_rules() -> None:
+            """The file and the API's overrides, merged; published when they change."""
+            nonlocal published
+            async with res.db.transaction() as conn:
+                overrides, version = await rule_overrides(conn)
+                if rules.refresh(overrides, version) or not published:
+                    await publish_rules_in_force(conn, rules)
+                    published = True
+
+        handlers = AlerterHandlers(res.db, routing, rules, deliverer.wake, refresh_rules)
 
         async def reload_files() -> None:
             routing.reload()
-            rules.reload()
+            await refresh_rules()
 
         async def check_conditions() -> None:
             async with res.db.transaction() as conn:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from services.alerter.repository import (
@@ -13,16 +14,16 @@ from services.alerter.repository import (
     open_alert,
     resolve,
     resolve_fingerprint,
+    set_rule_overrides,
 )
 from services.alerter.routing import RoutingFile
+from services.alerter.rule_config import RulesInForce
 from services.alerter.rules import AlertDraft, draft_for, resolutions
-from shared.alert_rules import AlertRules
 from shared.bus import ConsumerConfig
 from shared.bus.streams import ALERTS, JOBS, NODES
 from shared.db.pool import Connection, Database
-from shared.events import AlertActionRequested, Event, SilenceRequested
+from shared.events import AlertActionRequested, AlertRulesRequested, Event, SilenceRequested
 from shared.idempotency import first_time
-from shared.yamlconfig import WatchedFile
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,11 @@ NODE_EVENTS = ConsumerConfig(
 ALERT_ACTIONS = ConsumerConfig(
     stream=ALERTS.name,
     durable="alerter-actions",
-    filter_subjects=("corral.alert.action_requested.>", "corral.alert.silence_requested.>"),
+    filter_subjects=(
+        "corral.alert.action_requested.>",
+        "corral.alert.silence_requested.>",
+        "corral.alert.rules_requested.>",
+    ),
 )
 
 
@@ -51,19 +56,24 @@ class AlerterHandlers:
         self,
         db: Database,
         routing: RoutingFile,
-        rules: WatchedFile[AlertRules],
+        rules: RulesInForce,
         delivered: asyncio.Event | None = None,
+        rules_requested: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._db = db
         self._routing = routing
         self._rules = rules
         self._wake_delivery = delivered or asyncio.Event()
+        self._rules_requested = rules_requested
 
     async def handle(self, event: Event) -> None:
         draft = draft_for(event, self._rules.current.events)
         ends = resolutions(event)
         action = event.data if isinstance(event, AlertActionRequested) else None
         silence = event.data if isinstance(event, SilenceRequested) else None
+        if isinstance(event, AlertRulesRequested):
+            await self._change_rules(event)
+            return
         if draft is None and not ends and action is None and silence is None:
             return
         routing = self._routing.routing
@@ -81,6 +91,15 @@ class AlerterHandlers:
                 if not await act(conn, action.alert_id, action.by, action.note, routing):
                     log.info("alert %s: %s by %s changed nothing", action.alert_id, action.action, action.by)
         self._wake_delivery.set()  # notifications may be queued: send them now
+
+    async def _change_rules(self, event: AlertRulesRequested) -> None:
+        async with self._db.transaction() as conn:
+            if not await first_time(conn, "alerter", event.id):
+                return
+            await set_rule_overrides(conn, event.data)
+        log.info("alert rule overrides %s by %s", event.data.action, event.data.by)
+        if self._rules_requested is not None:
+            await self._rules_requested()  # in force now, not at the next reload
 
 
 async def _with_owner(conn: Connection, draft: AlertDraft) -> AlertDraft:

@@ -10,11 +10,18 @@ from asyncpg import Record
 
 from services.alerter.payloads import labels_of, payload_for, url_of
 from services.alerter.routing import IMMEDIATE, Grouping, Receiver, Routing
+from services.alerter.rule_config import RulesInForce
 from services.alerter.rules import ONE_SHOT_RULES, AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import AlertChanged, AlertFiring
-from shared.events.alerts import AlertChangedData, AlertFiringData, Matcher, SilenceRequestedData
+from shared.events.alerts import (
+    AlertChangedData,
+    AlertFiringData,
+    AlertRulesRequestedData,
+    Matcher,
+    SilenceRequestedData,
+)
 from shared.ids import new_alert_id
 from shared.outbox import append
 
@@ -222,3 +229,20 @@ async def repeat_due(conn: Connection, routing: Routing) -> list[tuple[str, str]
         ):
             repeated.append((alert["id"], receiver.name))
     return repeated
+
+
+async def set_rule_overrides(conn: Connection, request: AlertRulesRequestedData) -> None:
+    overrides = request.overrides if request.action == "set" else {}
+    await conn.execute(SQL.set_rule_overrides, overrides, request.by)
+
+
+async def rule_overrides(conn: Connection) -> tuple[dict[str, Any], int]:
+    row = await conn.fetchrow(SQL.rule_overrides)
+    return (dict(row["overrides"]), int(row["version"])) if row else ({}, 0)
+
+
+async def publish_rules_in_force(conn: Connection, rules: RulesInForce) -> None:
+    path = str(rules.file.path) if rules.file.path else None
+    await conn.execute(
+        SQL.publish_rules_in_force, rules.current.model_dump(), path, rules.problem, rules.overrides_version
+    )

@@ -16,6 +16,7 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from services.api.auth import TokenCache, bootstrap_admin
 from services.api.problems import install_problem_handlers, problem
 from services.api.repository import ApiRepository
+from services.api.routes_alert_rules import router as alert_rules_router
 from services.api.routes_alerts import router as alerts_router
 from services.api.routes_jobs import router as jobs_router
 from services.api.routes_nodes import router as nodes_router
@@ -58,6 +59,7 @@ def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastA
     app.include_router(nodes_router)
     app.include_router(alerts_router)
     app.include_router(silences_router)
+    app.include_router(alert_rules_router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

@@ -12,13 +12,19 @@ from shared.db.queries import Queries
 from shared.errors import Conflict, NotFound
 from shared.events import (
     AlertActionRequested,
+    AlertRulesRequested,
     JobCancelled,
     JobCancelRequested,
     JobSubmitted,
     NodeDrainRequested,
     SilenceRequested,
 )
-from shared.events.alerts import AlertActionRequestedData, Matcher, SilenceRequestedData
+from shared.events.alerts import (
+    AlertActionRequestedData,
+    AlertRulesRequestedData,
+    Matcher,
+    SilenceRequestedData,
+)
 from shared.events.jobs import JobCancelRequestedData, JobEndedData, JobSubmittedData
 from shared.events.nodes import NodeDrainRequestedData
 from shared.ids import JobId, new_job_id
@@ -183,6 +189,23 @@ class ApiRepository:
     async def list_silences(self, silence_id: str | None) -> list[dict[str, Any]]:
         async with self.db.connection() as conn:
             return [dict(r) for r in await conn.fetch(SQL.list_silences, silence_id)]
+
+    async def alert_rules(self) -> dict[str, Any]:
+        row = await self.db.fetchrow(SQL.alert_rules)
+        assert row is not None  # one row, always
+        return dict(row)
+
+    async def request_alert_rules(
+        self, action: Literal["set", "clear"], overrides: dict[str, Any], by: str
+    ) -> None:
+        """Record a change to the alert rules as an event; the alerter applies it."""
+        event = AlertRulesRequested(
+            source=SOURCE,
+            subject="alert-rules",
+            data=AlertRulesRequestedData(action=action, by=by, overrides=overrides),
+        )
+        async with self.db.transaction() as conn:
+            await append(conn, event, aggregate="alert-rules")
 
     async def request_silence(
         self,

@@ -73,6 +73,23 @@ CREATE SEQUENCE alerter.notifications_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE alerter.notifications_id_seq OWNED BY alerter.notifications.id;
+CREATE TABLE alerter.rule_overrides (
+    singleton boolean DEFAULT true NOT NULL,
+    overrides jsonb NOT NULL,
+    version integer NOT NULL,
+    updated_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rule_overrides_singleton_check CHECK (singleton)
+);
+CREATE TABLE alerter.rules_in_force (
+    singleton boolean DEFAULT true NOT NULL,
+    rules jsonb NOT NULL,
+    file text,
+    problem text,
+    overrides_version integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rules_in_force_singleton_check CHECK (singleton)
+);
 CREATE TABLE alerter.silences (
     id text NOT NULL,
     matchers jsonb NOT NULL,
@@ -350,6 +367,10 @@ ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_once_per_round UNIQUE (alert_id, event, receiver, round);
 ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY alerter.rule_overrides
+    ADD CONSTRAINT rule_overrides_pkey PRIMARY KEY (singleton);
+ALTER TABLE ONLY alerter.rules_in_force
+    ADD CONSTRAINT rules_in_force_pkey PRIMARY KEY (singleton);
 ALTER TABLE ONLY alerter.silences
     ADD CONSTRAINT silences_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.jobs

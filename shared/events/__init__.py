@@ -4,7 +4,13 @@
 it rejects is a poison message (see ``shared/bus/consumer.py``).
 """
 
-from shared.events.alerts import AlertActionRequested, AlertChanged, AlertFiring, SilenceRequested
+from shared.events.alerts import (
+    AlertActionRequested,
+    AlertChanged,
+    AlertFiring,
+    AlertRulesRequested,
+    SilenceRequested,
+)
 from shared.events.envelope import Envelope
 from shared.events.jobs import (
     JobCancelled,
@@ -36,6 +42,7 @@ __all__ = [
     "AlertActionRequested",
     "AlertChanged",
     "AlertFiring",
+    "AlertRulesRequested",
     "Envelope",
     "Event",
     "JobCancelRequested",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -106,3 +106,21 @@ class SilenceRequested(Envelope):
     data: SilenceRequestedData
 
     subject_prefix: ClassVar[str] = "corral.alert.silence_requested"
+
+
+class AlertRulesRequestedData(EventData):
+    """Overrides of the alert rules (``shared.alert_rules``), merged over the rules file;
+    ``clear`` drops them (the file alone is in force again)."""
+
+    action: Literal["set", "clear"]
+    by: str
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class AlertRulesRequested(Envelope):
+    """An admin's change to the alert rules, recorded by the API for the alerter."""
+
+    type: Literal["corral.alert.rules_requested.v1"] = "corral.alert.rules_requested.v1"
+    data: AlertRulesRequestedData
+
+    subject_prefix: ClassVar[str] = "corral.alert.rules_requested"

@@ -19,6 +19,7 @@ from shared.events.alerts import (
     AlertActionRequested,
     AlertChanged,
     AlertFiring,
+    AlertRulesRequested,
     SilenceRequested,
 )
 from shared.events.jobs import (
@@ -70,7 +71,8 @@ Event = Annotated[
     | AlertFiring
     | AlertChanged
     | AlertActionRequested
-    | SilenceRequested,
+    | SilenceRequested
+    | AlertRulesRequested,
     Field(discriminator="type"),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.alerter.rule_config import default_rules
+from services.alerter.rule_config import RulesInForce, default_rules
 from services.alerter.rules import draft_for
 from shared.alert_rules import AlertRules
 from shared.events import JobFailed
@@ -45,3 +45,23 @@ def test_a_bad_rules_file_is_refused_and_a_good_one_replaces_the_rules(tmp_path:
     assert live.reload()
     assert live.current.events.job_failed.severity == "critical"
     assert not live.current.conditions.gpu_idle.enabled
+
+
+def test_overrides_merge_over_the_file_and_a_refused_edit_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "alert-rules.yaml"
+    path.write_text("events:\n  job_failed: {severity: critical, runbook: 'https://wiki/failed'}\n")
+    rules = RulesInForce(path)
+    assert rules.refresh({"events": {"job_failed": {"labels": {"team": "ml"}}}}, version=1)
+    job_failed = rules.current.events.job_failed
+    assert (job_failed.severity, job_failed.runbook, job_failed.labels) == (
+        "critical",
+        "https://wiki/failed",
+        {"team": "ml"},
+    )
+    assert rules.problem is None
+    path.write_text("events:\n  job_failed: {severity: loud}\n")
+    assert rules.refresh(rules.overrides, version=1)  # the problem is news
+    assert rules.problem is not None
+    assert "line 2, events.job_failed.severity" in rules.problem
+    assert rules.current.events.job_failed.labels == {"team": "ml"}  # what was in force stays
+    assert not rules.refresh(rules.overrides, version=1)  # nothing new

@@ -98,3 +98,33 @@ async def test_a_silence_mutes_notifications_until_it_is_lifted(stack: Stack, re
         await wait_state(http, heard, {"FAILED"})
         await _until(lambda: bool(receivers.bodies("hook")), "the webhook")
     assert [b["alerts"][0]["labels"]["job"] for b in receivers.bodies("hook")] == [heard]
+
+
+async def test_rules_changed_through_the_cli_are_in_force_without_a_restart(
+    stack: Stack, receivers: Receivers
+) -> None:
+    await _route_job_failures(stack, receivers, "hook")
+    overrides = stack.home / "my-rules.yaml"
+    overrides.write_text("events:\n  job_failed:\n    severity: info\n    labels: {team: ml-platform}\n")
+    bad = stack.home / "bad-rules.yaml"
+    bad.write_text("events:\n  job_failed: {severity: page}\n")
+    refused = await asyncio.to_thread(corral, stack, "alert-rules", "set", str(bad))
+    assert refused.returncode != 0
+    assert "events.job_failed.severity" in refused.stderr
+    accepted = await asyncio.to_thread(corral, stack, "alert-rules", "set", str(overrides))
+    assert accepted.returncode == 0, accepted.stderr
+    await _until(
+        lambda: "# in force; overrides version 1" in corral(stack, "alert-rules").stdout, "the overrides"
+    )
+    shown = corral(stack, "alert-rules").stdout
+    assert "team: ml-platform" in shown
+    async with stack.client() as http:
+        job_id = await submit(http, "exit 3")
+        await wait_state(http, job_id, {"FAILED"})
+        await _until(lambda: bool(receivers.bodies("hook")), "the webhook")
+    (alert,) = receivers.bodies("hook")[0]["alerts"]
+    assert alert["labels"]["team"] == "ml-platform"
+    assert alert["labels"]["severity"] == "info"
+    reset = await asyncio.to_thread(corral, stack, "alert-rules", "reset")
+    assert reset.returncode == 0, reset.stderr
+    await _until(lambda: "team: ml-platform" not in corral(stack, "alert-rules").stdout, "the reset")

@@ -199,3 +199,20 @@ ORDER BY service;
 
 -- name: job_owner
 SELECT username, virtual_cluster FROM api.jobs WHERE id = $1;
+
+-- name: set_rule_overrides
+INSERT INTO alerter.rule_overrides (overrides, version, updated_by)
+VALUES ($1, 1, $2)
+ON CONFLICT (singleton) DO UPDATE
+SET overrides = excluded.overrides, version = alerter.rule_overrides.version + 1,
+    updated_by = excluded.updated_by, updated_at = now();
+
+-- name: rule_overrides
+SELECT overrides, version FROM alerter.rule_overrides;
+
+-- name: publish_rules_in_force
+INSERT INTO alerter.rules_in_force (rules, file, problem, overrides_version)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (singleton) DO UPDATE
+SET rules = excluded.rules, file = excluded.file, problem = excluded.problem,
+    overrides_version = excluded.overrides_version, updated_at = now();

@@ -21,3 +21,11 @@ FROM alerter.silences
 WHERE $1::text IS NULL OR id = $1
 ORDER BY created_at DESC, id DESC
 LIMIT 500;
+
+-- name: alert_rules
+SELECT f.rules, coalesce(o.overrides, '{}'::jsonb) AS overrides, coalesce(o.version, 0) AS overrides_version,
+       o.updated_by AS overrides_by, o.updated_at AS overrides_at, f.overrides_version AS in_force_version,
+       f.file, f.problem
+FROM (SELECT 1) one
+LEFT JOIN alerter.rule_overrides o ON true
+LEFT JOIN alerter.rules_in_force f ON true;
