@@ -36,6 +36,9 @@ async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertD
                 f" waiting for {row['total_gpus']} GPU(s)"
             )
             labels = {"job": row["id"], "user": row["username"], "virtual_cluster": row["virtual_cluster"]}
+            if row["reason"]:  # the scheduler's word on why (so routes can tell capacity from health)
+                summary += f": {row['reason']}: {row['detail']} (position {row['position']} in the queue)"
+                labels["reason"] = row["reason"]
             drafts.append(
                 drafted(pending, "JobPendingTooLong", f"JobPendingTooLong/{row['id']}", summary, labels)
             )

@@ -30,6 +30,17 @@ class AttemptView(BaseModel):
     finished_at: datetime | None
 
 
+class PendingView(BaseModel):
+    """Why a pending job waits, as the scheduler's last cycle saw it."""
+
+    reason: str = Field(
+        description="InsufficientGPUs, GangDoesNotFit, Fragmented, NodesUnhealthy or Priority"
+    )
+    detail: str
+    position: int = Field(description="1-based, among waiting jobs, in the order the scheduler takes them")
+    since: datetime = Field(description="since when this reason holds")
+
+
 class JobView(BaseModel):
     id: str
     name: str
@@ -46,6 +57,9 @@ class JobView(BaseModel):
     retries: int = Field(description="counted retries used (transient failures are not counted)")
     not_before: datetime | None = Field(description="a retrying job waits until then")
     spec: JobSpec
+    pending: PendingView | None = Field(
+        default=None, description="while PENDING, once the scheduler has considered it: why it waits"
+    )
     attempts: list[AttemptView] = []
 
     @classmethod
@@ -66,6 +80,14 @@ class JobView(BaseModel):
             retries=job["retries"],
             not_before=job["not_before"],
             spec=JobSpec.model_validate(job["spec"]),
+            pending=PendingView(
+                reason=job["pending_reason"],
+                detail=job["pending_detail"],
+                position=job["pending_position"],
+                since=job["pending_since"],
+            )
+            if job.get("pending_reason")
+            else None,
             attempts=[AttemptView.model_validate(a, from_attributes=False) for a in attempts],
         )
 

@@ -2,7 +2,8 @@
 
 Runs when an event wakes it (a job submitted or ended, a node registered) and every
 ``cycle_interval_s`` regardless, only on the active scheduler. All decisions of one
-cycle commit together on the leader's fenced connection (see ``leader.py``).
+cycle commit together on the leader's fenced connection (see ``leader.py``), with why
+each job left waiting waits (``scheduler.pending_status``: only the rows that changed).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import time
 import asyncpg
 
 from services.scheduler.leader import Leadership
-from services.scheduler.placement import decide
+from services.scheduler.placement import Waiting, plan
 from services.scheduler.preemption import evict_from_drained_nodes
-from services.scheduler.repository import commit_decisions, load_snapshot
+from services.scheduler.repository import commit_decisions, load_snapshot, write_pending_status
 from shared.aio import raise_if_cancelling, wait_event
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class Cycle:
         self._wakeup = asyncio.Event()
         self.cycles = 0
         self.placed = 0
+        self._said: dict[str, Waiting] = {}  # why each job waits, as last written
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -46,15 +48,19 @@ class Cycle:
         async with self._leadership.lock:
             conn = self._leadership.conn
             if conn is None:
+                self._said = {}  # not leading: another scheduler may write the reasons meanwhile
                 return 0
             started = time.perf_counter()
             try:
                 async with conn.transaction():
                     for job_id in await evict_from_drained_nodes(conn):
                         log.warning("job %s preempted: its node was drained with eviction", job_id)
-                    pending, nodes = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
-                    decisions = decide(pending, nodes)
-                    placed = await commit_decisions(conn, decisions)
+                    snapshot = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
+                    pending = snapshot.pending
+                    result = plan(pending, snapshot.nodes, snapshot.largest_unready_node)
+                    placed = await commit_decisions(conn, result.decisions)
+                    changed = [w for w in result.waiting if self._said.get(w.job_id) != w]
+                    await write_pending_status(conn, changed, [w.job_id for w in result.waiting])
             except asyncpg.PostgresError as exc:
                 # Cancelled mid-query (shutdown), asyncpg may raise this instead of the
                 # CancelledError; swallowing it would leave the TaskGroup waiting forever.
@@ -68,6 +74,8 @@ class Cycle:
                 log.warning("scheduling cycle lost its connection (%s); standing down", exc)
                 await self._leadership.resign()
                 return 0
+        # Remembered only once committed: a failed cycle writes its reasons again.
+        self._said = {w.job_id: w for w in result.waiting}
         self.cycles += 1
         self.placed += placed
         if placed:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from services.scheduler.placement import Decision, NodeCapacity, PendingJob, TaskDemand
+from services.scheduler.placement import Decision, NodeCapacity, PendingJob, TaskDemand, Waiting
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import JobScheduled
@@ -15,9 +16,14 @@ SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/scheduler"
 
 
-async def load_snapshot(
-    conn: Connection, max_pending: int
-) -> tuple[list[PendingJob], dict[str, NodeCapacity]]:
+@dataclass
+class Snapshot:
+    pending: list[PendingJob]
+    nodes: dict[str, NodeCapacity]
+    largest_unready_node: int  # GPUs on the biggest registered node that is not ready
+
+
+async def load_snapshot(conn: Connection, max_pending: int) -> Snapshot:
     await conn.execute(SQL.release_finished_allocations)
     used: dict[str, set[int]] = {}
     for row in await conn.fetch(SQL.live_allocations):
@@ -26,7 +32,9 @@ async def load_snapshot(
     for row in await conn.fetch(SQL.ready_nodes):
         indices = [i for i in row["gpu_indices"] if i is not None]
         busy = used.get(row["id"], set())
-        nodes[row["id"]] = NodeCapacity(row["id"], [i for i in indices if i not in busy])
+        nodes[row["id"]] = NodeCapacity(
+            row["id"], [i for i in indices if i not in busy], total_gpus=len(indices)
+        )
     # The spec was validated at submit; the cycle reads just the demands, pre-extracted by
     # SQL, instead of re-validating every pending spec on every cycle.
     pending = [
@@ -40,7 +48,21 @@ async def load_snapshot(
         )
         for row in await conn.fetch(SQL.pending_jobs, max_pending)
     ]
-    return pending, nodes
+    largest_unready = await conn.fetchval(SQL.largest_unready_node, list(nodes))
+    return Snapshot(pending, nodes, int(largest_unready))
+
+
+async def write_pending_status(conn: Connection, changed: list[Waiting], waiting_ids: list[str]) -> None:
+    """Why each job waits: the rows that changed, and none for jobs no longer waiting."""
+    await conn.execute(SQL.forget_pending_status, waiting_ids)
+    if changed:
+        await conn.execute(
+            SQL.write_pending_status,
+            [w.job_id for w in changed],
+            [w.reason for w in changed],
+            [w.detail for w in changed],
+            [w.position for w in changed],
+        )
 
 
 async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:

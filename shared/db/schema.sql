@@ -346,6 +346,15 @@ CREATE TABLE scheduler.allocations (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     released_at timestamp with time zone
 );
+CREATE TABLE scheduler.pending_status (
+    job_id text NOT NULL,
+    reason text NOT NULL,
+    detail text NOT NULL,
+    "position" integer NOT NULL,
+    since timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pending_status_reason_check CHECK ((reason = ANY (ARRAY['InsufficientGPUs'::text, 'GangDoesNotFit'::text, 'Fragmented'::text, 'NodesUnhealthy'::text, 'Priority'::text])))
+);
 CREATE TABLE scheduler.preemptions (
     job_id text NOT NULL,
     generation integer NOT NULL,
@@ -409,6 +418,8 @@ ALTER TABLE ONLY monitor.nodes
     ADD CONSTRAINT nodes_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY scheduler.allocations
     ADD CONSTRAINT allocations_pkey PRIMARY KEY (job_id, generation, task_role, task_index);
+ALTER TABLE ONLY scheduler.pending_status
+    ADD CONSTRAINT pending_status_pkey PRIMARY KEY (job_id);
 ALTER TABLE ONLY scheduler.preemptions
     ADD CONSTRAINT preemptions_pkey PRIMARY KEY (job_id, generation);
 CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions USING btree (alert_id, id);
@@ -440,5 +451,7 @@ ALTER TABLE ONLY monitor.health_events
     ADD CONSTRAINT health_events_node_id_fkey FOREIGN KEY (node_id) REFERENCES monitor.nodes(id);
 ALTER TABLE ONLY scheduler.allocations
     ADD CONSTRAINT allocations_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
+ALTER TABLE ONLY scheduler.pending_status
+    ADD CONSTRAINT pending_status_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY scheduler.preemptions
     ADD CONSTRAINT preemptions_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);

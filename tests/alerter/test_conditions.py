@@ -60,6 +60,24 @@ async def open_alerts(db: Database) -> list[tuple[str, str, str]]:
     return [(r["rule"], r["summary"], r["state"]) for r in rows]
 
 
+async def test_a_pending_job_alert_gives_the_schedulers_reason(db: Database) -> None:
+    job_id = await submit(db, gpus=16)
+    await db.execute("UPDATE api.jobs SET updated_at = now() - interval '2 hours' WHERE id = $1", job_id)
+    await db.execute(
+        "INSERT INTO scheduler.pending_status (job_id, reason, detail, position) VALUES"
+        " ($1, 'GangDoesNotFit', 'a task needs 16 GPUs on one node; the largest ready node has 8', 1)",
+        job_id,
+    )
+    await reconcile(db)
+    ((_, summary, _),) = await open_alerts(db)
+    assert summary.endswith(
+        "waiting for 16 GPU(s): GangDoesNotFit: a task needs 16 GPUs on one node;"
+        " the largest ready node has 8 (position 1 in the queue)"
+    )
+    labels = await db.fetchval("SELECT labels FROM alerter.alerts")
+    assert labels["reason"] == "GangDoesNotFit"
+
+
 async def test_a_job_pending_too_long_raises_an_alert_until_it_is_placed(db: Database) -> None:
     waiting = await submit(db)
     await submit(db)  # recent: fine

@@ -9,7 +9,7 @@ import asyncpg
 from shared.bus.nats import NatsBus
 from shared.events import parse_event
 from shared.settings import NatsSettings
-from tests.e2e.stack import HOLD, Stack, submit, wait_state
+from tests.e2e.stack import HOLD, Stack, corral, submit, wait_state
 
 
 async def lifecycle_events(nats_url: str, job_id: str) -> list[str]:
@@ -99,8 +99,21 @@ async def test_jobs_queue_when_gpus_are_busy_and_run_when_they_free_up(stack: St
         big = await submit(http, HOLD, gpus=6, name="big")
         await wait_state(http, big, {"RUNNING"})
         waiting = await submit(http, "echo my turn", gpus=4, name="waiting")
+        too_wide = await submit(http, "echo never", gpus=16, name="too-wide")
         await asyncio.sleep(1.0)
-        assert (await http.get(f"/api/v1/jobs/{waiting}")).json()["state"] == "PENDING"
+        pending = (await http.get(f"/api/v1/jobs/{waiting}")).json()
+        assert pending["state"] == "PENDING"
+        # Honest about why: the scheduler's reason, the queue position, in the API and the CLI.
+        assert pending["pending"]["reason"] == "InsufficientGPUs"
+        assert pending["pending"]["detail"] == "needs 4 GPUs; 2 are free on ready nodes"
+        assert pending["pending"]["position"] == 1
+        why = corral(stack, "why", too_wide)
+        assert why.returncode == 0, why.stderr
+        headline, detail, place = why.stdout.splitlines()
+        assert headline == f"job {too_wide} (too-wide) is PENDING: GangDoesNotFit"
+        assert detail == "  a task needs 16 GPUs on one node; the largest ready node has 8"
+        assert place.startswith("  position 2 in the queue; this reason since ")
+        assert (await http.post(f"/api/v1/jobs/{too_wide}/cancel")).status_code == 200
         stack.release(big)
         await wait_state(http, big, {"SUCCEEDED"})
         done = await wait_state(http, waiting, {"SUCCEEDED"})

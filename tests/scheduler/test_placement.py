@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.placement import NodeCapacity, PendingJob, TaskDemand, decide, place_gang
+from services.scheduler.placement import NodeCapacity, PendingJob, TaskDemand, decide, place_gang, plan
 
 
 def _nodes(*free: int) -> dict[str, NodeCapacity]:
@@ -40,6 +41,50 @@ def test_higher_priority_goes_first() -> None:
     nodes = _nodes(4)
     decisions = decide([_job("low", (1, 4)), _job("high", (1, 4), priority=5)], nodes)
     assert [d.job.job_id for d in decisions] == ["high"]
+
+
+def test_every_job_left_waiting_says_why_in_queue_order() -> None:
+    half_busy = {n: NodeCapacity(n, [0, 1], total_gpus=4) for n in ("n0", "n1")}  # 2 of 4 free on each
+    result = plan(
+        [
+            _job("wide", (1, 8)),  # no ready node has 8 GPUs; a drained one does
+            _job("fits", (1, 2), priority=1),  # placed first, on n0
+            _job("frag", (1, 2)),  # 2 wanted, 2 free, but ... placed on n1
+            _job("big", (2, 2)),  # 4 wanted, none left
+            _job("whole", (1, 4)),  # 4 on one node: none has 4 free, 0 free now anyway
+        ],
+        half_busy,
+        largest_unready_node=8,
+    )
+    assert [d.job.job_id for d in result.decisions] == ["fits", "frag"]
+    assert [(w.job_id, w.reason, w.position) for w in result.waiting] == [
+        ("wide", "NodesUnhealthy", 1),
+        ("big", "Priority", 2),  # 4 GPUs were free when the cycle began; jobs ahead took them
+        ("whole", "Priority", 3),
+    ]
+    assert result.waiting[0].detail == (
+        "a task needs 8 GPUs on one node; only nodes that are drained or unreachable have that many"
+        " (the largest ready node has 4)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("job", "nodes", "reason", "detail"),
+    [
+        (_job("j", (1, 8)), [NodeCapacity("n0", [0, 1, 2, 3])], "GangDoesNotFit",
+         "a task needs 8 GPUs on one node; the largest ready node has 4"),
+        (_job("j", (1, 4)), [NodeCapacity("n0", [0, 1], total_gpus=8)], "InsufficientGPUs",
+         "needs 4 GPUs; 2 are free on ready nodes"),
+        (_job("j", (1, 4)), [NodeCapacity(n, [0, 1], total_gpus=4) for n in ("n0", "n1")], "Fragmented",
+         "needs 4 GPUs as 1x4 and 4 are free, but spread so that the gang does not fit"
+         " (a task needs 4 on one node)"),
+    ],
+)  # fmt: skip
+def test_the_reason_names_what_to_wait_for(
+    job: PendingJob, nodes: list[NodeCapacity], reason: str, detail: str
+) -> None:
+    (waiting,) = plan([job], {n.node_id: n for n in nodes}).waiting
+    assert (waiting.reason, waiting.detail) == (reason, detail)
 
 
 jobs_strategy = st.lists(

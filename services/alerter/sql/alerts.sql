@@ -150,10 +150,12 @@ SELECT id, rule, fingerprint, severity, state, summary, labels, annotations, sta
 FROM alerter.alerts WHERE state = 'firing' ORDER BY started_at;
 
 -- name: jobs_pending_longer_than
-SELECT id, name, username, virtual_cluster, total_gpus, extract(epoch FROM now() - updated_at)::float8 AS age_s
-FROM api.jobs
-WHERE state = 'PENDING' AND updated_at < now() - make_interval(secs => $1)
-ORDER BY updated_at
+-- With the scheduler's reason, when it has given one (scheduler.pending_status).
+SELECT j.id, j.name, j.username, j.virtual_cluster, j.total_gpus,
+       extract(epoch FROM now() - j.updated_at)::float8 AS age_s, p.reason, p.detail, p.position
+FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id
+WHERE j.state = 'PENDING' AND j.updated_at < now() - make_interval(secs => $1)
+ORDER BY j.updated_at
 LIMIT 1000;
 
 -- name: idle_jobs

@@ -5,14 +5,20 @@ RETURNING id, name, username, virtual_cluster, priority, spec, state, version, g
           exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before;
 
 -- name: get_job
-SELECT id, name, username, virtual_cluster, priority, spec, state, version, generation,
-       exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before
-FROM api.jobs WHERE id = $1;
+-- With why it waits, when it is pending (the scheduler's last word: scheduler.pending_status).
+SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
+       exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
+       p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
+       p.since AS pending_since
+FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
+WHERE j.id = $1;
 
 -- name: list_jobs
-SELECT id, name, username, virtual_cluster, priority, spec, state, version, generation,
-       exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before
-FROM api.jobs
+SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
+       exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
+       p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
+       p.since AS pending_since
+FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
 WHERE ($1::text IS NULL OR state = $1)
 ORDER BY created_at DESC, id DESC
 LIMIT $2;

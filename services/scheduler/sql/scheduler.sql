@@ -54,3 +54,24 @@ INSERT INTO scheduler.preemptions (job_id, generation, reason)
 SELECT id, generation, $2 FROM api.jobs WHERE id = $1 AND state IN ('SCHEDULED', 'RUNNING')
 ON CONFLICT DO NOTHING
 RETURNING generation;
+
+-- name: largest_unready_node
+-- The most GPUs on a registered node that is not ready (drained, unreachable, no agent).
+SELECT coalesce(max(gpus), 0) FROM (
+    SELECT count(*) AS gpus FROM monitor.gpus g
+    WHERE g.node_id <> ALL($1::text[])
+    GROUP BY g.node_id
+) unready;
+
+-- name: write_pending_status
+-- One batch per cycle; ``since`` moves only when the reason changes.
+INSERT INTO scheduler.pending_status AS s (job_id, reason, detail, position)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
+ON CONFLICT (job_id) DO UPDATE
+SET reason = excluded.reason, detail = excluded.detail, position = excluded.position,
+    since = CASE WHEN s.reason = excluded.reason THEN s.since ELSE now() END, updated_at = now();
+
+-- name: forget_pending_status
+-- Jobs that are no longer pending (placed, cancelled) or were not considered this cycle.
+DELETE FROM scheduler.pending_status s
+WHERE s.job_id <> ALL($1::text[]);
