@@ -190,6 +190,9 @@ class ApiRepository:
         async with self.db.connection() as conn:
             return [dict(r) for r in await conn.fetch(SQL.list_silences, silence_id)]
 
+    async def list_service_instances(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self.db.fetch(SQL.list_service_instances)]
+
     async def alert_rules(self) -> dict[str, Any]:
         row = await self.db.fetchrow(SQL.alert_rules)
         assert row is not None  # one row, always

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Callable
 
 import asyncpg
@@ -128,3 +130,25 @@ async def test_rules_changed_through_the_cli_are_in_force_without_a_restart(
     reset = await asyncio.to_thread(corral, stack, "alert-rules", "reset")
     assert reset.returncode == 0, reset.stderr
     await _until(lambda: "team: ml-platform" not in corral(stack, "alert-rules").stdout, "the reset")
+
+
+async def test_a_hung_service_is_reported_down_and_recovers(stack: Stack) -> None:
+    """A scheduler that stops answering (SIGSTOP: a hang, which no restart policy sees)
+    stops beating; ServiceDown fires, and resolves itself when it runs again."""
+    (stack.home / "alert-rules.yaml").write_text("conditions:\n  service_down: {after_s: 10}\n")
+    await _until(lambda: "after_s: 10.0" in corral(stack, "alert-rules").stdout, "the rules file")
+    listed = corral(stack, "services").stdout
+    assert {"api", "scheduler", "launcher", "monitor", "alerter"} <= {
+        line.split()[0] for line in listed.splitlines()[1:]
+    }
+    scheduler = stack.pid("scheduler")
+    os.kill(scheduler, signal.SIGSTOP)
+    try:
+        await _until(lambda: "ServiceDown" in corral(stack, "alerts").stdout, "the alert", timeout_s=30)
+        firing = corral(stack, "alerts", "--state", "firing").stdout
+        assert "service scheduler is down: none of its 1 instance(s) on record was heard for" in firing
+    finally:
+        os.kill(scheduler, signal.SIGCONT)
+    await _until(
+        lambda: "ServiceDown" not in corral(stack, "alerts", "--state", "firing").stdout, "the resolve"
+    )

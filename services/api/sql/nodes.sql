@@ -26,3 +26,9 @@ WHERE resolution_s = $1 AND bucket >= now() - make_interval(secs => $2)
   AND ($5::text IS NULL OR job_id = $5)
 ORDER BY node_id, gpu_index, bucket
 LIMIT 100000;
+
+-- name: list_service_instances
+SELECT instance_id, service, hostname, pid, started_at, last_seen_at,
+       extract(epoch FROM now() - last_seen_at)::float8 AS silent_s
+FROM corral.service_instances
+ORDER BY service, started_at;
