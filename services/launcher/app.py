@@ -1,16 +1,22 @@
-"""Composition root of the launcher service: its consumer and its reconcile loop."""
+"""Composition root of the launcher service: its consumer and its reconcile loop; with
+``CORRAL_LAUNCHER_DRIVER=kubernetes``, also the Kubernetes runner (the node agents' part,
+played through Pods: ``kubernetes/runner.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import AsyncExitStack
 
 from services.launcher import repository
 from services.launcher.handlers import CONSUMER, LauncherHandlers
+from services.launcher.kubernetes.driver import KubernetesDriver, cluster_configuration
+from services.launcher.kubernetes.runner import KubernetesRunner
 from services.launcher.settings import Settings
-from shared.bus import ConsumerSpec, run_consumer
+from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
+from shared.bus.streams import JOBS
 from shared.db.pool import Database
-from shared.service import every, run_service, service_resources
+from shared.service import ServiceResources, every, run_service, service_resources
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +29,23 @@ async def reconcile(db: Database, lease_s: float) -> None:
 
 
 async def serve(settings: Settings) -> None:
-    async with service_resources("launcher", settings.common) as res:
+    async with service_resources("launcher", settings.common) as res, AsyncExitStack() as stack:
         handlers = LauncherHandlers(res.db)
+        runner = None
+        if settings.launcher.driver == "kubernetes":
+            driver = KubernetesDriver(await cluster_configuration(), settings.kubernetes)
+            stack.push_async_callback(driver.close)
+            runner = KubernetesRunner(
+                res.db,
+                driver,
+                node_pattern=settings.kubernetes.node_pattern,
+                stop_grace_s=settings.agent.stop_grace_s,
+            )
+            await runner.hold_leases(settings.agent.lease_s)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
+            if runner is not None:
+                run_on_kubernetes(tg, res, runner, settings)
             tg.create_task(
                 run_consumer(res.bus, ConsumerSpec(CONSUMER, handlers.handle), res.dead_letters),
                 name="consumer",
@@ -39,6 +58,27 @@ async def serve(settings: Settings) -> None:
                 ),
                 name="reconcile",
             )
+
+
+KUBERNETES_ASSIGNMENTS = ConsumerConfig(
+    stream=JOBS.name,
+    durable="kubernetes-runner",
+    filter_subjects=("corral.task.assigned.>", "corral.task.stop_requested.>"),
+)
+
+
+def run_on_kubernetes(
+    tg: asyncio.TaskGroup, res: ServiceResources, runner: KubernetesRunner, settings: Settings
+) -> None:
+    """Play the node agents' part for the cluster's nodes: tasks become Pods."""
+    lease_s = settings.agent.lease_s
+    tg.create_task(every(lease_s / 3, lambda: runner.hold_leases(lease_s), "node leases"), name="leases")
+    spec = ConsumerSpec(KUBERNETES_ASSIGNMENTS, runner.handle)
+    tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name="kubernetes-assignments")
+    tg.create_task(runner.follow(), name="pod-watch")
+    tg.create_task(
+        every(settings.launcher.reconcile_interval_s, runner.reconcile, "pod reconcile"), name="pod-reconcile"
+    )
 
 
 def main() -> int:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.launcher.kubernetes.settings import KubernetesSettings
 from shared.settings import CommonSettings
 
 
@@ -15,6 +17,10 @@ class LauncherSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_LAUNCHER_", extra="ignore")
 
     reconcile_interval_s: float = Field(default=5.0, gt=0)
+    # "local": node agents run tasks as processes (one agent per machine, make up);
+    # "kubernetes": the launcher runs them as Pods (services/launcher/kubernetes/runner.py,
+    # CORRAL_KUBERNETES_* settings; in-cluster credentials, else KUBECONFIG).
+    driver: Literal["local", "kubernetes"] = "local"
 
 
 class AgentSettings(BaseSettings):
@@ -38,6 +44,7 @@ class Settings(BaseSettings):
     common: CommonSettings = Field(default_factory=CommonSettings)
     launcher: LauncherSettings = Field(default_factory=LauncherSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
     @property
     def log_dir(self) -> Path:

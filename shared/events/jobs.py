@@ -185,7 +185,7 @@ class TaskStartedData(EventData):
     attempt_id: str
     job_id: str
     node_id: str
-    pid: int
+    pid: int | None = None  # a process on the node; None for a Kubernetes pod
 
 
 class TaskStarted(Envelope):

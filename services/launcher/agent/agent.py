@@ -34,13 +34,12 @@ from services.launcher.agent.processes import (
     wait_spawned,
 )
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
+from services.launcher.reporting import record_end, record_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
 from shared.db.pool import Connection, Database
-from shared.events import Event, TaskAssigned, TaskExited, TaskStarted, TaskStopRequested
-from shared.events.jobs import TaskExitedData, TaskStartedData
+from shared.events import Event, TaskAssigned, TaskStopRequested
 from shared.jobs import ExitRule, JobSpec
-from shared.outbox import append
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
@@ -195,14 +194,9 @@ class NodeAgent:
 
     async def _announce_started(self, conn: Connection, task: Task) -> None:
         assert task.pid is not None
-        event = TaskStarted(
-            source=SOURCE,
-            subject=task.attempt_id,
-            data=TaskStartedData(
-                attempt_id=task.attempt_id, job_id=task.job_id, node_id=self.node_id, pid=task.pid
-            ),
+        await record_started(
+            conn, SOURCE, attempt_id=task.attempt_id, job_id=task.job_id, node_id=self.node_id, pid=task.pid
         )
-        await append(conn, event, aggregate=task.job_id)
 
     # --- watch and stop --------------------------------------------------------------
 
@@ -281,32 +275,19 @@ class NodeAgent:
             own = platform == "max_runtime_exceeded"  # the agent's own stop: say why plainly
             reason = task.stop_reason if own else f"stopped: {task.stop_reason}"
         async with self._db.transaction() as conn:
-            job_id = await conn.fetchval(
-                SQL.mark_attempt_exited,
-                task.attempt_id,
-                self.node_id,
-                "LOST" if lost else "EXITED",
-                outcome.exit_code,
-                outcome.signal,
-                reason,
-                verdict.classification,
+            job_id = await record_end(
+                conn,
+                SOURCE,
+                attempt_id=task.attempt_id,
+                node_id=self.node_id,
+                lost=lost,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+                reason=reason,
+                classification=verdict.classification,
             )
-            if job_id is None:
-                return  # not ours any more: report nothing
-            event = TaskExited(
-                source=SOURCE,
-                subject=task.attempt_id,
-                data=TaskExitedData(
-                    attempt_id=task.attempt_id,
-                    job_id=job_id,
-                    node_id=self.node_id,
-                    exit_code=outcome.exit_code,
-                    signal=outcome.signal,
-                    reason=reason,
-                    classification=verdict.classification,
-                ),
-            )
-            await append(conn, event, aggregate=job_id)
+        if job_id is None:
+            return  # not ours any more: report nothing
         log.info("attempt %s ended: %s (%s)", task.attempt_id, reason, verdict.classification)
 
     # --- reconcile -------------------------------------------------------------------

@@ -82,10 +82,15 @@ def task_environment(
     attempt_no: int,
     gpu_indices: list[int],
     peers: list[Peer],
+    inherit_host: bool = True,
 ) -> dict[str, str]:
+    """``inherit_host``: start from the allow-list of this process's variables (a task run
+    on this host); a container (Kubernetes) keeps its image's own instead."""
     task_role = next(r for r in spec.tasks if r.name == role)
-    env = {name: os.environ[name] for name in _INHERITED if name in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env: dict[str, str] = {}
+    if inherit_host:
+        env = {name: os.environ[name] for name in _INHERITED if name in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(task_role.env)
     env.update(distributed_environment(spec, role, task_index, peers))
     env.update(

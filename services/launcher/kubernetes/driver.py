@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from datetime import UTC, datetime
 
 import aiohttp
+from kubernetes_asyncio import config
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from services.launcher.drivers import TaskLaunch, TaskObserved
@@ -65,6 +67,17 @@ def _parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+async def cluster_configuration() -> Configuration:
+    """Credentials for the cluster: the pod's service account when running inside one,
+    else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``)."""
+    configuration = Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await config.load_kube_config(client_configuration=configuration)
+    return configuration
 
 
 class KubernetesDriver:

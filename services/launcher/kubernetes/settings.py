@@ -15,6 +15,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class KubernetesSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_KUBERNETES_", extra="ignore", frozen=True)
 
+    # The nodes the launcher runs through Kubernetes (CORRAL_LAUNCHER_DRIVER=kubernetes):
+    # those the monitor knows whose id (the Kubernetes node name) matches this.
+    node_pattern: str = Field(default=".*", max_length=200)
     # Where every pod and headless Service of Corral's jobs lives.
     namespace: str = Field(default="corral", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     # Image for tasks whose role names none (the local driver runs on the host instead).

@@ -1,0 +1,244 @@
+"""``KubernetesRunner``: the node agent's part, played for nodes that Kubernetes runs.
+
+With ``CORRAL_LAUNCHER_DRIVER=kubernetes`` the launcher service runs one of these for the
+whole cluster instead of a node agent per machine: the kubelet runs the processes, and
+the runner turns Corral's assignments into Pods (``KubernetesDriver``) and the pods'
+fate back into Corral's reports. Everything that keeps the local driver honest holds
+here too, through the very same queries:
+
+- **Leases**: the runner holds a node agent's lease (``launcher.agents``, an epoch) for
+  every node the monitor knows whose id matches ``CORRAL_KUBERNETES_NODE_PATTERN`` — so
+  the scheduler places work on them, and a runner that dies has its nodes declared lost
+  and their attempts retried, as a dead agent would.
+- **No double launch**: an assignment is claimed with the fenced ``claim_attempt``
+  (ASSIGNED → STARTING, this node, this epoch) before its Pod is created, and the pod is
+  named by the attempt id, so neither a redelivered event nor a second runner creates a
+  second pod.
+- **Reports**: the driver's watch says when a pod runs (RUNNING, ``task.started``) and
+  how it ended (EXITED or LOST, ``task.exited``), classified by the same exit-code table
+  with the conditions only the cluster sees (``oom_killed``, ``evicted``,
+  ``image_pull_failed``, ``node_lost``...) and the tail of the pod's log.
+- **Reconcile**: periodically, the live attempts of its nodes against the pods: pods
+  nobody expects are deleted, assignments not yet started are started, and attempts
+  that should run but whose pod is gone are reported lost (and so retried).
+
+Not here: task logs through Corral's API (they are the pods' logs: ``kubectl logs``),
+and GPU indices (the device plugin picks the GPUs; ``CUDA_VISIBLE_DEVICES`` counts them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from contextlib import aclosing
+
+import asyncpg
+
+from services.launcher.agent.environment import Peer, task_environment
+from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
+from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify
+from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriverError
+from services.launcher.reporting import record_end, record_started
+from services.launcher.repository import SQL
+from shared.aio import raise_if_cancelling
+from shared.db.pool import Database
+from shared.events import Event, TaskAssigned, TaskStopRequested
+from shared.jobs import JobSpec
+
+log = logging.getLogger(__name__)
+SOURCE = "corral/kubernetes-runner"
+
+
+class KubernetesRunner:
+    def __init__(
+        self, db: Database, driver: KubernetesDriver, *, node_pattern: str = ".*", stop_grace_s: float = 30.0
+    ) -> None:
+        self._db = db
+        self._driver = driver
+        self._node_pattern = node_pattern
+        re.compile(node_pattern)  # a bad pattern fails the start, not every lease renewal
+        self._grace_s = stop_grace_s
+        self.epochs: dict[str, int] = {}  # node -> the lease epoch this runner holds
+        self._starting: set[str] = set()  # claimed, pod not yet created: not "gone"
+
+    # --- leases ----------------------------------------------------------------------
+
+    async def hold_leases(self, lease_s: float) -> None:
+        """Take a lease on every matching node not yet held; renew the others. A lease
+        that was lost (the runner was out of contact) is taken again with a new epoch:
+        what the old one held was retried elsewhere, and reconcile deletes its pods."""
+        async with self._db.transaction() as conn:
+            nodes = [r["id"] for r in await conn.fetch(SQL.nodes_to_run, self._node_pattern)]
+            for node_id in nodes:
+                epoch = self.epochs.get(node_id)
+                renewed = epoch is not None and await conn.fetchval(SQL.renew_lease, node_id, epoch, lease_s)
+                if not renewed:
+                    self.epochs[node_id] = await conn.fetchval(SQL.register_agent, node_id, lease_s)
+                    log.info("running node %s on Kubernetes (lease epoch %s)", node_id, self.epochs[node_id])
+
+    # --- assignments -----------------------------------------------------------------
+
+    async def handle(self, event: Event) -> None:
+        match event:
+            case TaskAssigned(data=data) if data.node_id in self.epochs:
+                await self.start_attempt(data.attempt_id, data.node_id)
+            case TaskStopRequested(data=data) if data.node_id in self.epochs:
+                log.info("stopping attempt %s: %s", data.attempt_id, data.reason)
+                await self._driver.stop(data.attempt_id, data.grace_s)
+            case _:
+                pass
+
+    async def start_attempt(self, attempt_id: str, node_id: str) -> None:
+        """Claim the attempt (fenced) and create its pod; False-free: a claim that finds
+        nothing (already started, stopped, not ours) does nothing."""
+        self._starting.add(attempt_id)
+        try:
+            async with self._db.transaction() as conn:
+                claimed = await conn.fetchrow(SQL.claim_attempt, attempt_id, node_id, self.epochs[node_id])
+                if claimed is None:
+                    return
+                row = dict(claimed)
+                peers = [
+                    Peer(p["task_role"], p["task_index"], p["node_id"], p["host"], dict(p["ports"]))
+                    for p in await conn.fetch(SQL.peers_of_generation, row["job_id"], row["generation"])
+                ]
+            launch = _launch(row, node_id, peers)
+            try:
+                await self._driver.start(launch)
+            except KubernetesDriverError as exc:
+                log.error("%s", exc)
+                await self._report(attempt_id, TaskEnded(None, platform="start_failed", reason=str(exc)))
+        finally:
+            self._starting.discard(attempt_id)
+
+    # --- what the pods say -----------------------------------------------------------
+
+    async def follow(self) -> None:
+        """Report every change the driver's watch sees (a root task: runs forever)."""
+        async with aclosing(self._driver.watch()) as changes:
+            async for observed in changes:
+                await self._until_recorded(observed)
+
+    async def _until_recorded(self, observed: TaskObserved) -> None:
+        while True:  # an outcome must not be lost while Postgres is away
+            try:
+                if observed.ended is not None:
+                    await self._report(observed.attempt_id, observed.ended)
+                elif observed.running:
+                    await self._report_running(observed.attempt_id)
+                return
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                raise_if_cancelling()
+                log.warning("could not record what %s's pod did (%s); retrying", observed.attempt_id, exc)
+                await asyncio.sleep(1.0)
+
+    async def _report_running(self, attempt_id: str) -> None:
+        async with self._db.transaction() as conn:
+            row = await conn.fetchrow(SQL.attempt_for_report, attempt_id)
+            if row is None or row["node_id"] not in self.epochs:
+                return
+            if await conn.fetchval(SQL.mark_attempt_running, attempt_id, row["node_id"], None, None, None):
+                await record_started(
+                    conn,
+                    SOURCE,
+                    attempt_id=attempt_id,
+                    job_id=row["job_id"],
+                    node_id=row["node_id"],
+                    pid=None,
+                )
+
+    async def _report(self, attempt_id: str, ended: TaskEnded) -> None:
+        row = await self._db.fetchrow(SQL.attempt_for_report, attempt_id)
+        if row is None or row["node_id"] not in self.epochs or row["state"] not in ("STARTING", "RUNNING"):
+            return  # not ours, or already settled (a repeated report changes nothing)
+        spec = JobSpec.model_validate(row["spec"])
+        verdict = classify(
+            TaskEnd(ended.exit_code, ended.signal, ended.platform, await self._log_tail(attempt_id)),
+            spec.retry.rules,
+        )
+        reason = ended.reason or verdict.reason
+        if row["stop_reason"]:
+            reason = f"stopped: {row['stop_reason']}"
+        lost = ended.exit_code is None and ended.signal is None and ended.platform in (None, "task_lost")
+        async with self._db.transaction() as conn:
+            job_id = await record_end(
+                conn,
+                SOURCE,
+                attempt_id=attempt_id,
+                node_id=row["node_id"],
+                lost=lost,
+                exit_code=ended.exit_code,
+                signal=ended.signal,
+                reason=reason,
+                classification=verdict.classification,
+            )
+        if job_id is not None:
+            log.info("attempt %s ended: %s (%s)", attempt_id, reason, verdict.classification)
+
+    async def _log_tail(self, attempt_id: str) -> str:
+        """The end of the pod's log, for the exit-code table's log rules ('' if none)."""
+        tail = b""
+        try:
+            async with aclosing(await self._driver.logs(attempt_id, follow=False)) as chunks:  # type: ignore[type-var]
+                async for chunk in chunks:
+                    tail = (tail + chunk)[-LOG_TAIL_BYTES:]
+        except (KubernetesDriverError, OSError) as exc:
+            log.info("no log for %s (%s)", attempt_id, exc)
+        return tail.decode(errors="replace")
+
+    # --- reconcile -------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """The live attempts of this runner's nodes against the pods (periodically)."""
+        rows = await self._db.fetch(SQL.live_attempts_on_nodes, list(self.epochs))
+        expected = {r["id"] for r in rows if r["state"] != "ASSIGNED"} | self._starting
+        present = await self._driver.reconcile(expected)
+        for row in rows:
+            attempt_id = row["id"]
+            if row["state"] == "ASSIGNED":
+                await self.start_attempt(attempt_id, row["node_id"])
+            elif row["stop_requested_at"] is not None and attempt_id in present:
+                await self._driver.stop(attempt_id, self._grace_s)
+            elif attempt_id not in present and attempt_id not in self._starting:
+                reason = "its pod is gone (deleted, or never created before the runner restarted)"
+                await self._report(attempt_id, TaskEnded(None, platform="task_lost", reason=reason))
+
+
+def _launch(row: dict[str, object], node_id: str, peers: list[Peer]) -> TaskLaunch:
+    """A claimed attempt as the driver takes it: the environment the node agent would
+    give it (without this process's own variables: a container keeps its image's)."""
+    spec = JobSpec.model_validate(row["spec"])
+    role, index, attempt_id = str(row["task_role"]), int(str(row["task_index"])), str(row["id"])
+    task_role = next(r for r in spec.tasks if r.name == role)
+    gpu_indices = [int(i) for i in row["gpu_indices"]]  # type: ignore[attr-defined]
+    env = task_environment(
+        spec,
+        job_id=str(row["job_id"]),
+        role=role,
+        task_index=index,
+        attempt_id=attempt_id,
+        attempt_no=int(str(row["attempt_no"])),
+        gpu_indices=gpu_indices,
+        peers=peers,
+        inherit_host=False,
+    )
+    me = next((p for p in peers if (p.role, p.index) == (role, index)), None)
+    return TaskLaunch(
+        attempt_id=attempt_id,
+        job_id=str(row["job_id"]),
+        generation=int(str(row["generation"])),
+        task_role=role,
+        task_index=index,
+        attempt_no=int(str(row["attempt_no"])),
+        node_id=node_id,
+        command=task_role.command,
+        env=env,
+        gpu_indices=tuple(gpu_indices),
+        gpus=task_role.resources.gpus,
+        cpus=task_role.resources.cpus,
+        memory_mb=task_role.resources.memory_mb,
+        image=task_role.image,
+        ports=me.ports if me else {},
+        max_runtime_s=spec.max_runtime_s,
+    )

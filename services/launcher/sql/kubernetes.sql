@@ -1,0 +1,18 @@
+-- The Kubernetes runner's own queries (services/launcher/kubernetes/runner.py); it
+-- shares the node agent's claim, lease and report queries (agent.sql).
+
+-- name: nodes_to_run
+-- The nodes the monitor knows (an exporter runs on each, as a DaemonSet on GPU nodes)
+-- whose id matches the runner's pattern.
+SELECT id FROM monitor.nodes WHERE id ~ $1 ORDER BY id;
+
+-- name: live_attempts_on_nodes
+SELECT a.id, a.job_id, a.node_id, a.state, a.stop_requested_at, a.stop_reason, j.spec
+FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
+WHERE a.node_id = ANY($1::text[]) AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
+
+-- name: attempt_for_report
+-- What reporting an attempt's pod needs: its node (fencing) and its job's rules.
+SELECT a.node_id, a.job_id, a.state, a.stop_reason, j.spec
+FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
+WHERE a.id = $1;
