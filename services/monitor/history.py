@@ -31,21 +31,28 @@ class _Bucket:
 
 
 class HistoryAggregator:
+    """The open buckets, keyed by (bucket start, node), each holding its GPUs' buckets.
+
+    Keyed by node rather than by GPU because ``add`` runs for every heartbeat: one key
+    built and looked up per heartbeat instead of one per GPU (about a third of its cost).
+    """
+
     def __init__(self, resolution_s: int) -> None:
         self.resolution_s = resolution_s
-        self._buckets: dict[tuple[int, str, int], _Bucket] = {}
+        self._buckets: dict[tuple[int, str], dict[int, _Bucket]] = {}
 
     def add(self, data: NodeTelemetryData, at_s: float) -> None:
         start = int(at_s // self.resolution_s) * self.resolution_s
-        node_id = data.node_id
-        buckets = self._buckets
+        key = (start, data.node_id)
+        gpu_buckets = self._buckets.get(key)
+        if gpu_buckets is None:
+            gpu_buckets = self._buckets[key] = {}
         for gpu in data.gpus:
             if gpu.lost:
                 continue
-            key = (start, node_id, gpu.index)
-            b = buckets.get(key)
+            b = gpu_buckets.get(gpu.index)
             if b is None:
-                b = buckets[key] = _Bucket()
+                b = gpu_buckets[gpu.index] = _Bucket()
             b.samples += 1
             util = gpu.utilization_pct
             if util is not None:
@@ -70,24 +77,26 @@ class HistoryAggregator:
         ended = [key for key in self._buckets if key[0] < current]
         rows = []
         for key in ended:
-            start, node_id, index = key
-            b = self._buckets.pop(key)
-            owner = owners.get((node_id, index))
-            rows.append(
-                HistoryRow(
-                    bucket=datetime.fromtimestamp(start, UTC),
-                    node_id=node_id,
-                    gpu_index=index,
-                    job_id=owner[0] if owner else None,
-                    samples=b.samples,
-                    utilization_avg=b.util_sum / b.util_n if b.util_n else None,
-                    utilization_max=b.util_max,
-                    memory_used_mb_max=b.mem_max,
-                    temperature_max=b.temp_max,
-                    power_avg=b.power_sum / b.power_n if b.power_n else None,
+            start, node_id = key
+            bucket = datetime.fromtimestamp(start, UTC)
+            for index, b in self._buckets.pop(key).items():
+                owner = owners.get((node_id, index))
+                rows.append(
+                    HistoryRow(
+                        bucket=bucket,
+                        node_id=node_id,
+                        gpu_index=index,
+                        job_id=owner[0] if owner else None,
+                        samples=b.samples,
+                        utilization_avg=b.util_sum / b.util_n if b.util_n else None,
+                        utilization_max=b.util_max,
+                        memory_used_mb_max=b.mem_max,
+                        temperature_max=b.temp_max,
+                        power_avg=b.power_sum / b.power_n if b.power_n else None,
+                    )
                 )
-            )
         return rows
 
     def __len__(self) -> int:
-        return len(self._buckets)
+        """The open GPU buckets."""
+        return sum(len(gpu_buckets) for gpu_buckets in self._buckets.values())
