@@ -15,9 +15,7 @@ import os
 import socket
 import uuid
 
-import asyncpg
-
-from shared.db.pool import Database
+from shared.db.pool import DATABASE_ERRORS, Database
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ class Liveness:
                         BEAT, self.instance_id, self.service, socket.gethostname(), os.getpid()
                     )
                     await self._db.execute(PRUNE)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                except DATABASE_ERRORS as exc:
                     log.warning("liveness beat failed (%s); again in %.0fs", exc, self.interval_s)
                 await asyncio.sleep(self.interval_s)
         finally:
@@ -55,5 +53,5 @@ class Liveness:
     async def _goodbye(self) -> None:
         try:
             await asyncio.wait_for(self._db.execute(GONE, self.instance_id), timeout=2.0)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:  # (TimeoutError is an OSError)
             log.info("could not remove this instance's liveness row (%s): it will age out", exc)

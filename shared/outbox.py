@@ -24,11 +24,9 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-import asyncpg
-
 from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
-from shared.db.pool import Connection, Database
+from shared.db.pool import DATABASE_ERRORS, Connection, Database
 from shared.events.envelope import Envelope
 from shared.telemetry import current_traceparent
 
@@ -140,9 +138,9 @@ class OutboxRelay:
                     try:
                         await self._relay_forever()
                     finally:
-                        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                        with contextlib.suppress(*DATABASE_ERRORS):
                             await listener.remove_listener(self._channel, self._on_notify)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 # Postgres restarting: the rows wait in the outbox; listen again once it is back.
                 raise_if_cancelling()
                 log.warning(

@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
-import asyncpg
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -33,7 +32,7 @@ from starlette.routing import Route
 from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
 from shared.db.migrations import apply_migrations
-from shared.db.pool import Database, connect
+from shared.db.pool import DATABASE_ERRORS, Database, connect
 from shared.deadletters import PostgresDeadLetters
 from shared.liveness import Liveness
 from shared.outbox import OutboxRelay
@@ -115,7 +114,7 @@ async def every(interval_s: float, action: Callable[[], Awaitable[object]], what
     while True:
         try:
             await action()
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:
             raise_if_cancelling()  # a cancelled query can surface as a connection error
             log.warning("%s failed (%s); will retry in %.0fs", what, exc, interval_s)
         await asyncio.sleep(interval_s)

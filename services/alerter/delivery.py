@@ -22,14 +22,13 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any
 
-import asyncpg
 import httpx
 
 from services.alerter.payloads import combine
 from services.alerter.repository import SQL
 from services.alerter.settings import AlerterSettings
 from shared.aio import raise_if_cancelling
-from shared.db.pool import Connection, Database
+from shared.db.pool import DATABASE_ERRORS, Connection, Database
 
 log = logging.getLogger(__name__)
 RETRYABLE = {408, 425, 429}
@@ -49,7 +48,7 @@ class Deliverer:
             try:
                 while await self.deliver_due():
                     pass
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 raise_if_cancelling()
                 log.warning("notification delivery paused (%s)", exc)  # Postgres away: wait, retry
             with contextlib.suppress(TimeoutError):

@@ -16,11 +16,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
 from shared.aio import raise_if_cancelling
-from shared.db.pool import Connection, Database
+from shared.db.pool import DATABASE_ERRORS, Connection, Database
 from shared.db.queries import Queries
 from shared.events import (
     JobCancelled,
@@ -396,7 +394,7 @@ async def reconcile(db: Database, lease_s: float = 15.0) -> dict[str, int]:
         try:
             async with db.transaction() as conn:
                 repaired[kind] += await repair(conn)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except DATABASE_ERRORS:
             raise  # the database itself is in trouble (or we are cancelled): the caller decides
         except Exception:
             raise_if_cancelling()

@@ -18,7 +18,7 @@ import logging
 import asyncpg
 
 from shared.aio import raise_if_cancelling
-from shared.db.pool import Connection, init_connection
+from shared.db.pool import DATABASE_ERRORS, Connection, init_connection
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class Leadership:
             won = await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK, timeout=10)
             if won:
                 await init_connection(conn)
-        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:  # (TimeoutError is an OSError)
             raise_if_cancelling()
             log.warning("leader election failed (%s); will try again", exc)
             conn.terminate()  # closing the session also releases a lock it may hold
@@ -81,7 +81,7 @@ class Leadership:
                 # Bounded: a half-open TCP connection must not hold leadership (and the
                 # cycle, waiting on this lock) hostage until TCP keepalive notices.
                 await self.conn.fetchval("SELECT 1", timeout=5)
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except DATABASE_ERRORS:  # (TimeoutError is an OSError)
                 raise_if_cancelling()
                 log.warning("lost the leader connection; standing down")
                 await self._resign()

@@ -30,7 +30,15 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
+    # A connection whose server went away mid-query can come back from the pool still
+    # "busy" ("another operation is in progress"): the same outage, seen later.
+    asyncpg.exceptions.InternalClientError,
 )
+
+# What a background loop (relay, reconcile, lease, delivery) survives by waiting and
+# trying again: the above, and any error Postgres itself reports — a loop must outlive
+# a Postgres restart; only a bug in the loop itself may end the service.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (*DATABASE_UNAVAILABLE, asyncpg.PostgresError)
 
 # A pooled connection or a dedicated one (the scheduler leader's): the same API.
 # (asyncpg's classes are generic only in its stubs, hence the TYPE_CHECKING split.)
@@ -119,7 +127,7 @@ async def connect(settings: DatabaseSettings, *, attempts: int = 30) -> Database
                 max_size=settings.pool_max_size,
                 init=init_connection,
             )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DATABASE_ERRORS as exc:
             last = exc
             await asyncio.sleep(1.0)
             continue

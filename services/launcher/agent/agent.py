@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.processes import (
     Exit,
@@ -37,7 +35,7 @@ from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
 from services.launcher.reporting import record_end, record_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
-from shared.db.pool import Connection, Database
+from shared.db.pool import DATABASE_ERRORS, Connection, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
 from shared.jobs import ExitRule, JobSpec
 
@@ -99,7 +97,7 @@ class NodeAgent:
             try:
                 async with self._db.transaction() as conn:
                     renewed = await conn.fetchval(SQL.renew_lease, self.node_id, self.epoch, lease_s)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 raise_if_cancelling()
                 log.warning("could not renew the lease (%s); retrying", exc)
                 continue
@@ -257,7 +255,7 @@ class NodeAgent:
             try:
                 await self.report_exit(task, outcome)
                 return
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 raise_if_cancelling()
                 log.warning("could not record the end of %s (%s); retrying", task.attempt_id, exc)
                 await asyncio.sleep(1.0)

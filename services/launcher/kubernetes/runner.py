@@ -33,8 +33,6 @@ import logging
 import re
 from contextlib import aclosing
 
-import asyncpg
-
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
 from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify
@@ -42,7 +40,7 @@ from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriv
 from services.launcher.reporting import record_end, record_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
-from shared.db.pool import Database
+from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
 from shared.jobs import JobSpec
 
@@ -128,7 +126,7 @@ class KubernetesRunner:
                 elif observed.running:
                     await self._report_running(observed.attempt_id)
                 return
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except DATABASE_ERRORS as exc:
                 raise_if_cancelling()
                 log.warning("could not record what %s's pod did (%s); retrying", observed.attempt_id, exc)
                 await asyncio.sleep(1.0)
