@@ -110,7 +110,7 @@ def alert_rules(action: str, file: Path | None) -> str:
     if shown["problem"]:
         lines += [f"# PROBLEM: {line}" for line in shown["problem"].splitlines()]
     if shown["rules"] is not None:
-        lines.append(yaml.safe_dump(shown["rules"], sort_keys=False).rstrip())
+        lines.append(yaml.safe_dump(shown["rules"], sort_keys=True).rstrip())
     return "\n".join(lines)
 
 
