@@ -20,10 +20,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from services.api.auth import AuthenticatedPrincipal, Principal
-from services.api.repository import ApiRepository
+from services.api.auth import AuthenticatedPrincipal
+from services.api.deps import repository, require_admin
 from shared.alert_rules import AlertRules
-from shared.errors import Forbidden
 
 router = APIRouter(prefix="/api/v1/alert-rules", tags=["alerts"])
 
@@ -44,20 +43,10 @@ class RulesAccepted(BaseModel):
     detail: str
 
 
-def _repo(request: Request) -> ApiRepository:
-    repo: ApiRepository = request.app.state.repo
-    return repo
-
-
-def _admin(principal: Principal) -> None:
-    if not principal.is_admin:
-        raise Forbidden("only an admin may change the alert rules")
-
-
 @router.get("", operation_id="getAlertRules", response_model=RulesView)
 async def get_rules(request: Request, _: AuthenticatedPrincipal) -> RulesView:
     """The rules in force (file and overrides merged), the overrides, and any problem."""
-    row = await _repo(request).alert_rules()
+    row = await repository(request).alert_rules()
     if row["rules"] is None:
         detail = "the alerter has not started yet: the rules in force are not known"
     elif row["in_force_version"] != row["overrides_version"]:
@@ -72,9 +61,9 @@ async def set_rules(
     overrides: AlertRules, request: Request, principal: AuthenticatedPrincipal
 ) -> RulesAccepted:
     """Override the rules file with this document, merged over it (admin)."""
-    _admin(principal)
+    require_admin(principal, "change the alert rules")
     # Only what the document gives: the rest stays as the file says.
-    await _repo(request).request_alert_rules(
+    await repository(request).request_alert_rules(
         "set", overrides.model_dump(exclude_unset=True), principal.username
     )
     return RulesAccepted(detail="overrides requested; GET /api/v1/alert-rules shows them in force shortly")
@@ -83,6 +72,6 @@ async def set_rules(
 @router.delete("", status_code=202, operation_id="resetAlertRules", response_model=RulesAccepted)
 async def reset_rules(request: Request, principal: AuthenticatedPrincipal) -> RulesAccepted:
     """Drop the overrides: the rules file alone is in force again (admin)."""
-    _admin(principal)
-    await _repo(request).request_alert_rules("clear", {}, principal.username)
+    require_admin(principal, "change the alert rules")
+    await repository(request).request_alert_rules("clear", {}, principal.username)
     return RulesAccepted(detail="reset requested; the rules file alone will be in force shortly")

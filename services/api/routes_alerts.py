@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from services.api.auth import AuthenticatedPrincipal, Principal
-from services.api.repository import ApiRepository
+from services.api.deps import repository
 from shared.errors import Conflict, NotFound
 
 router = APIRouter(prefix="/api/v1/alerts", tags=["alerts"])
@@ -65,11 +65,6 @@ class AlertActionAccepted(BaseModel):
     detail: str
 
 
-def _repo(request: Request) -> ApiRepository:
-    repo: ApiRepository = request.app.state.repo
-    return repo
-
-
 def _scope(principal: Principal) -> str | None:
     """Admins see every alert; a user, the alerts about their own jobs."""
     return None if principal.is_admin else principal.username
@@ -83,12 +78,12 @@ async def list_alerts(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AlertList:
     """Newest first (admins: all; others: alerts about their own jobs)."""
-    rows = await _repo(request).list_alerts(state, _scope(principal), None, limit)
+    rows = await repository(request).list_alerts(state, _scope(principal), None, limit)
     return AlertList(items=[AlertView.model_validate(r) for r in rows])
 
 
 async def _visible(request: Request, principal: Principal, alert_id: str) -> dict[str, object]:
-    rows = await _repo(request).list_alerts(None, _scope(principal), alert_id, 1)
+    rows = await repository(request).list_alerts(None, _scope(principal), alert_id, 1)
     if not rows:
         raise NotFound(f"no alert {alert_id!r}; list them with GET /api/v1/alerts")
     return rows[0]
@@ -98,7 +93,7 @@ async def _visible(request: Request, principal: Principal, alert_id: str) -> dic
 async def get_alert(alert_id: AlertId, request: Request, principal: AuthenticatedPrincipal) -> AlertDetail:
     """One alert with every change of state: who, when, and their note."""
     alert = await _visible(request, principal, alert_id)
-    history = await _repo(request).alert_transitions(alert_id)
+    history = await repository(request).alert_transitions(alert_id)
     return AlertDetail.model_validate({**alert, "history": history})
 
 
@@ -115,7 +110,7 @@ async def _act(
         raise Conflict(
             f"alert {alert_id} is {alert['state']}; only a {' or '.join(allowed)} alert can be {action}d"
         )
-    await _repo(request).request_alert_action(alert_id, action, principal.username, body.note)
+    await repository(request).request_alert_action(alert_id, action, principal.username, body.note)
     return AlertActionAccepted(
         alert_id=alert_id,
         action=action,

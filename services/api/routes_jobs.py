@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from services.api.auth import AuthenticatedPrincipal, Principal
+from services.api.deps import repository
 from services.api.logs import follow_log
 from services.api.repository import ApiRepository
 from services.api.views import JobList, JobView
@@ -21,11 +22,6 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
 _TASK_RE = re.compile(r"^([a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?)-(\d{1,6})$")
 MAX_LOG_BYTES = 4 * 1024 * 1024
-
-
-def _repo(request: Request) -> ApiRepository:
-    repo: ApiRepository = request.app.state.repo
-    return repo
 
 
 async def _visible_job(repo: ApiRepository, job_id: str, principal: Principal) -> dict[str, object]:
@@ -40,7 +36,7 @@ async def submit_job(spec: JobSpec, request: Request, principal: AuthenticatedPr
     """Submit a job. It starts ``PENDING`` and is queued for placement."""
     if principal.role not in ("admin", "user"):
         raise Forbidden("this token may not submit jobs")
-    job = await _repo(request).submit_job(spec, principal.username)
+    job = await repository(request).submit_job(spec, principal.username)
     return JobView.from_rows(job, [])
 
 
@@ -52,7 +48,7 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> JobList:
     """The most recent jobs first (yours; every job for admins)."""
-    rows = await _repo(request).list_jobs(state.value if state else None, limit)
+    rows = await repository(request).list_jobs(state.value if state else None, limit)
     visible = [r for r in rows if principal.is_admin or r["username"] == principal.username]
     return JobList(items=[JobView.from_rows(r, []) for r in visible])
 
@@ -60,7 +56,7 @@ async def list_jobs(
 @router.get("/{job_id}", operation_id="getJob", response_model=JobView)
 async def get_job(job_id: str, request: Request, principal: AuthenticatedPrincipal) -> JobView:
     """One job with every attempt of every task: node, GPU indices, exit code."""
-    repo = _repo(request)
+    repo = repository(request)
     job = await _visible_job(repo, job_id, principal)
     return JobView.from_rows(dict(job), await repo.attempts_of_job(job_id))
 
@@ -69,7 +65,7 @@ async def get_job(job_id: str, request: Request, principal: AuthenticatedPrincip
 async def cancel_job(job_id: str, request: Request, principal: AuthenticatedPrincipal) -> JobView:
     """Cancel a job: at once if it is pending, else its tasks are stopped (SIGTERM, then
     SIGKILL after a grace period) and it ends ``CANCELLED``. Repeating it is harmless."""
-    repo = _repo(request)
+    repo = repository(request)
     await repo.cancel_job(
         job_id, principal.username, lambda owner: principal.is_admin or owner == principal.username
     )
@@ -95,7 +91,7 @@ async def get_logs(
 
     With ``follow=true`` the response streams: what the log holds now, then whatever the
     task writes, until the attempt has ended and everything it wrote was sent."""
-    repo = _repo(request)
+    repo = repository(request)
     job = await _visible_job(repo, job_id, principal)
     if task is None:
         spec = JobSpec.model_validate(job["spec"])

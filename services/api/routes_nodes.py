@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request
 
 from services.api.auth import AuthenticatedPrincipal, Principal
-from services.api.repository import ApiRepository
+from services.api.deps import repository, require_admin
 from services.api.views_nodes import (
     DrainAccepted,
     DrainRequest,
@@ -25,16 +25,11 @@ from services.api.views_nodes import (
     NodeList,
     NodeView,
 )
-from shared.errors import Forbidden, NotFound
+from shared.errors import NotFound
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"])
 NODE_ID = r"^[A-Za-z0-9_-]{1,63}$"
 NodeId = Annotated[str, Path(pattern=NODE_ID, description="the node's id, as GET /api/v1/nodes lists it")]
-
-
-def _repo(request: Request) -> ApiRepository:
-    repo: ApiRepository = request.app.state.repo
-    return repo
 
 
 def _node_view(row: dict[str, object]) -> NodeView:
@@ -44,13 +39,13 @@ def _node_view(row: dict[str, object]) -> NodeView:
 @router.get("/nodes", operation_id="listNodes", response_model=NodeList)
 async def list_nodes(request: Request, _: AuthenticatedPrincipal) -> NodeList:
     """Every node: liveness, drain, GPUs registered / expected / lost / in use."""
-    return NodeList(items=[_node_view(r) for r in await _repo(request).list_nodes(None)])
+    return NodeList(items=[_node_view(r) for r in await repository(request).list_nodes(None)])
 
 
 @router.get("/nodes/{node_id}", operation_id="getNode", response_model=NodeDetail)
 async def get_node(node_id: NodeId, request: Request, _: AuthenticatedPrincipal) -> NodeDetail:
     """One node with its GPUs' latest readings and its recent health history."""
-    repo = _repo(request)
+    repo = repository(request)
     nodes = await repo.list_nodes(node_id)
     if not nodes:
         raise NotFound(f"no node {node_id!r}; list them with GET /api/v1/nodes")
@@ -67,7 +62,7 @@ async def list_gpus(
 ) -> GpuList:
     """Every GPU's latest readings and the job/task using it (``None`` = no reading; see
     ``unsupported`` and ``lost``)."""
-    return GpuList(items=[GpuView.model_validate(g) for g in await _repo(request).list_gpus(node)])
+    return GpuList(items=[GpuView.model_validate(g) for g in await repository(request).list_gpus(node)])
 
 
 @router.get("/gpu-history", operation_id="getGpuHistory", response_model=GpuHistory)
@@ -81,7 +76,7 @@ async def gpu_history(
     since_s: Annotated[int, Query(ge=1, le=31 * 86_400)] = 3600,
 ) -> GpuHistory:
     """Downsampled GPU readings for charts: per node, per GPU, or per job."""
-    repo = _repo(request)
+    repo = repository(request)
     if job is not None:
         owner = await repo.get_job(job)
         if owner is None or not (principal.is_admin or owner["username"] == principal.username):
@@ -93,9 +88,8 @@ async def gpu_history(
 async def _request_drain(
     request: Request, principal: Principal, node_id: str, body: DrainRequest, drain: bool
 ) -> DrainAccepted:
-    if not principal.is_admin:
-        raise Forbidden("only an admin may drain or undrain nodes")
-    repo = _repo(request)
+    require_admin(principal, "drain or undrain nodes")
+    repo = repository(request)
     if not await repo.list_nodes(node_id):
         raise NotFound(f"no node {node_id!r}; list them with GET /api/v1/nodes")
     await repo.request_drain(node_id, drain, body.reason, principal.username)

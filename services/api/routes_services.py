@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from services.api.auth import AuthenticatedPrincipal
-from services.api.repository import ApiRepository
+from services.api.deps import repository
 
 router = APIRouter(prefix="/api/v1/services", tags=["operations"])
 
@@ -31,6 +31,5 @@ class ServiceInstanceList(BaseModel):
 @router.get("", operation_id="listServiceInstances", response_model=ServiceInstanceList)
 async def list_service_instances(request: Request, _: AuthenticatedPrincipal) -> ServiceInstanceList:
     """Running (and crashed, until pruned after a day) service instances, by service."""
-    repo: ApiRepository = request.app.state.repo
-    rows = await repo.list_service_instances()
+    rows = await repository(request).list_service_instances()
     return ServiceInstanceList(items=[ServiceInstanceView.model_validate(r) for r in rows])

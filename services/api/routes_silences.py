@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field, model_validator
 
-from services.api.auth import AuthenticatedPrincipal, Principal
-from services.api.repository import ApiRepository
-from shared.errors import Forbidden, InvalidInput, NotFound
+from services.api.auth import AuthenticatedPrincipal
+from services.api.deps import repository, require_admin
+from shared.errors import InvalidInput, NotFound
 from shared.events.alerts import Matcher
 from shared.ids import new_silence_id
 
@@ -70,22 +70,12 @@ class SilenceAccepted(BaseModel):
     detail: str
 
 
-def _repo(request: Request) -> ApiRepository:
-    repo: ApiRepository = request.app.state.repo
-    return repo
-
-
-def _admin(principal: Principal) -> None:
-    if not principal.is_admin:
-        raise Forbidden("only an admin may create or expire silences")
-
-
 @router.post("", status_code=202, operation_id="createSilence", response_model=SilenceAccepted)
 async def create_silence(
     spec: SilenceSpec, request: Request, principal: AuthenticatedPrincipal
 ) -> SilenceAccepted:
     """Mute notifications of matching alerts for a window (admin)."""
-    _admin(principal)
+    require_admin(principal, "create or expire silences")
     try:
         starts, ends = spec.window()
     except OverflowError:
@@ -97,7 +87,7 @@ async def create_silence(
     if ends - starts > MAX_SILENCE:
         raise InvalidInput("a silence lasts at most 90 days; create another when it ends")
     silence_id = new_silence_id()
-    await _repo(request).request_silence(
+    await repository(request).request_silence(
         silence_id, "create", principal.username, spec.matchers, starts, ends, spec.comment
     )
     return SilenceAccepted(
@@ -109,13 +99,13 @@ async def create_silence(
 async def list_silences(request: Request, _: AuthenticatedPrincipal) -> SilenceList:
     """Newest first, with their status: pending (starts later), active, expired."""
     return SilenceList(
-        items=[SilenceView.model_validate(r) for r in await _repo(request).list_silences(None)]
+        items=[SilenceView.model_validate(r) for r in await repository(request).list_silences(None)]
     )
 
 
 @router.get("/{silence_id}", operation_id="getSilence", response_model=SilenceView)
 async def get_silence(silence_id: SilenceId, request: Request, _: AuthenticatedPrincipal) -> SilenceView:
-    rows = await _repo(request).list_silences(silence_id)
+    rows = await repository(request).list_silences(silence_id)
     if not rows:
         raise NotFound(f"no silence {silence_id!r} (yet); list them with GET /api/v1/silences")
     return SilenceView.model_validate(rows[0])
@@ -126,8 +116,8 @@ async def expire_silence(
     silence_id: SilenceId, request: Request, principal: AuthenticatedPrincipal
 ) -> SilenceAccepted:
     """End a silence now (admin); notifications flow again for new alerts."""
-    _admin(principal)
-    if not await _repo(request).list_silences(silence_id):
+    require_admin(principal, "create or expire silences")
+    if not await repository(request).list_silences(silence_id):
         raise NotFound(f"no silence {silence_id!r}; list them with GET /api/v1/silences")
-    await _repo(request).request_silence(silence_id, "expire", principal.username, [], None, None, "")
+    await repository(request).request_silence(silence_id, "expire", principal.username, [], None, None, "")
     return SilenceAccepted(id=silence_id, detail="expiry requested")

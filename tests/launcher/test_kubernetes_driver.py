@@ -68,14 +68,6 @@ A3 = "att-01m81sd0000000000000000003"
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKubeApi]:
-    fake = FakeKubeApi()
-    await fake.start()
-    yield fake
-    await fake.close()
-
-
-@pytest.fixture
 async def client(kube: FakeKubeApi) -> AsyncIterator[ApiClient]:
     async with ApiClient(Configuration(host=kube.url)) as api_client:
         yield api_client

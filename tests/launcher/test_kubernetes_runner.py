@@ -34,14 +34,6 @@ SETTINGS = KubernetesSettings(namespace="corral", retry_delay_s=0.05, default_im
 
 
 @pytest.fixture
-async def kube() -> AsyncIterator[FakeKubeApi]:
-    fake = FakeKubeApi()
-    await fake.start()
-    yield fake
-    await fake.close()
-
-
-@pytest.fixture
 async def runner(db: Database, kube: FakeKubeApi) -> AsyncIterator[KubernetesRunner]:
     async with ApiClient(Configuration(host=kube.url)) as client:
         runner = KubernetesRunner(
