@@ -67,10 +67,11 @@ class Cycle:
                 raise_if_cancelling()
                 log.warning("scheduling cycle failed (%s); will retry", exc)
                 return 0
-            except (OSError, asyncpg.InterfaceError) as exc:
+            except (OSError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
                 raise_if_cancelling()
-                # The connection itself is in trouble: its lock (and our leadership) may
-                # be gone. Stand down; a fresh campaign decides who leads next.
+                # The connection itself is in trouble (cut off mid-query, it may come back
+                # "busy"): its lock (and our leadership) may be gone. Stand down; a fresh
+                # campaign decides who leads next.
                 log.warning("scheduling cycle lost its connection (%s); standing down", exc)
                 await self._leadership.resign()
                 return 0
