@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from corral.local.nats import LocalNats
-from corral.local.ports import free_port
+from corral.local.ports import free_ports
 from corral.local.postgres import LocalPostgres
 
 # (name, module). The exporter and agent together are "the node" on this machine.
@@ -150,7 +150,7 @@ class Supervisor:
 
     # --- services --------------------------------------------------------------------
 
-    def service_env(self, name: str, database_url: str, nats_url: str) -> dict[str, str]:
+    def service_env(self, name: str, database_url: str, nats_url: str, health_port: int) -> dict[str, str]:
         env = {
             # Break a simulated GPU of the running node by writing this file.
             "CORRAL_EXPORTER_FAULTS_FILE": str(self.config.home / "gpu-faults.yaml"),
@@ -163,7 +163,7 @@ class Supervisor:
             "CORRAL_DATABASE_URL": database_url,
             "CORRAL_NATS_URL": nats_url,
             "CORRAL_API_PORT": str(self.config.api_port),
-            "CORRAL_HEALTH_PORT": "" if name == "api" else str(free_port()),
+            "CORRAL_HEALTH_PORT": str(health_port),
             "CORRAL_AGENT_NODE_ID": self.config.node_id,
             "CORRAL_EXPORTER_NODE_ID": self.config.node_id,
             # One machine: tasks reach each other on loopback.
@@ -181,10 +181,11 @@ class Supervisor:
         run_dir.mkdir(parents=True, exist_ok=True)
         service_logs.mkdir(parents=True, exist_ok=True)
         ports = {}
+        health_ports = iter(free_ports(len(SERVICES)))  # distinct: one each
         for name, module in SERVICES:
             if name not in self.config.services:
                 continue
-            env = self.service_env(name, database_url, nats_url)
+            env = self.service_env(name, database_url, nats_url, next(health_ports))
             ports[name] = int(env.get("CORRAL_HEALTH_PORT") or self.config.api_port)
             managed = ManagedProcess(name, module, env, service_logs / f"{name}.log", run_dir / f"{name}.pid")
             managed.start()
