@@ -4,7 +4,8 @@ A row per instance in ``corral.service_instances``: the alerter's ``ServiceDown`
 fires when no instance of a service has been heard for a while, and ``GET
 /api/v1/services`` lists them. A clean stop deletes its row, so a deliberate shutdown or
 scale-down pages nobody; a crashed instance's row stays behind, ageing — which is the
-point. Rows silent for a day are pruned.
+point. Rows silent for a day are pruned whenever an instance starts (a crash is followed
+by a restart, so they cannot pile up).
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ class Liveness:
 
     async def run(self) -> None:
         """Beat until cancelled (the service stops); then say goodbye."""
+        pruned = False
         try:
             while True:
                 try:
                     await self._db.execute(
                         BEAT, self.instance_id, self.service, socket.gethostname(), os.getpid()
                     )
-                    await self._db.execute(PRUNE)
+                    if not pruned:
+                        await self._db.execute(PRUNE)
+                        pruned = True
                 except DATABASE_ERRORS as exc:
                     log.warning("liveness beat failed (%s); again in %.0fs", exc, self.interval_s)
                 await asyncio.sleep(self.interval_s)

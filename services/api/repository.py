@@ -13,6 +13,7 @@ from shared.errors import Conflict, NotFound
 from shared.events import (
     AlertActionRequested,
     AlertRulesRequested,
+    Event,
     JobCancelled,
     JobCancelRequested,
     JobSubmitted,
@@ -38,6 +39,12 @@ SOURCE = "corral/api"
 class ApiRepository:
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    async def _record(self, event: Event, aggregate: str) -> None:
+        """A request for the service that owns the entity: an event in the outbox, alone in
+        its transaction (the API changes nothing of another service's)."""
+        async with self.db.transaction() as conn:
+            await append(conn, event, aggregate=aggregate)
 
     async def submit_job(self, spec: JobSpec, username: str) -> dict[str, Any]:
         """Store the job as PENDING and its ``job.submitted`` event, atomically."""
@@ -159,8 +166,7 @@ class ApiRepository:
                 node_id=node_id, drain=drain, reason=reason, requested_by=requested_by
             ),
         )
-        async with self.db.transaction() as conn:
-            await append(conn, event, aggregate=node_id)
+        await self._record(event, node_id)
 
     # --- alerts (the alerter's tables, read for queries) -----------------------------
 
@@ -183,8 +189,7 @@ class ApiRepository:
             subject=alert_id,
             data=AlertActionRequestedData(alert_id=alert_id, action=action, by=by, note=note),
         )
-        async with self.db.transaction() as conn:
-            await append(conn, event, aggregate=alert_id)
+        await self._record(event, alert_id)
 
     async def list_silences(self, silence_id: str | None) -> list[dict[str, Any]]:
         async with self.db.connection() as conn:
@@ -207,8 +212,7 @@ class ApiRepository:
             subject="alert-rules",
             data=AlertRulesRequestedData(action=action, by=by, overrides=overrides),
         )
-        async with self.db.transaction() as conn:
-            await append(conn, event, aggregate="alert-rules")
+        await self._record(event, "alert-rules")
 
     async def request_silence(
         self,
@@ -234,5 +238,4 @@ class ApiRepository:
                 comment=comment,
             ),
         )
-        async with self.db.transaction() as conn:
-            await append(conn, event, aggregate=silence_id)
+        await self._record(event, silence_id)

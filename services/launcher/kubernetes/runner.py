@@ -32,6 +32,7 @@ import asyncio
 import logging
 import re
 from contextlib import aclosing
+from typing import Any
 
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
@@ -203,32 +204,32 @@ class KubernetesRunner:
                 await self._report(attempt_id, TaskEnded(None, platform="task_lost", reason=reason))
 
 
-def _launch(row: dict[str, object], node_id: str, peers: list[Peer]) -> TaskLaunch:
+def _launch(row: dict[str, Any], node_id: str, peers: list[Peer]) -> TaskLaunch:
     """A claimed attempt as the driver takes it: the environment the node agent would
     give it (without this process's own variables: a container keeps its image's)."""
     spec = JobSpec.model_validate(row["spec"])
-    role, index, attempt_id = str(row["task_role"]), int(str(row["task_index"])), str(row["id"])
+    role, index = row["task_role"], row["task_index"]
     task_role = next(r for r in spec.tasks if r.name == role)
-    gpu_indices = [int(i) for i in row["gpu_indices"]]  # type: ignore[attr-defined]
+    gpu_indices = list(row["gpu_indices"])
     env = task_environment(
         spec,
-        job_id=str(row["job_id"]),
+        job_id=row["job_id"],
         role=role,
         task_index=index,
-        attempt_id=attempt_id,
-        attempt_no=int(str(row["attempt_no"])),
+        attempt_id=row["id"],
+        attempt_no=row["attempt_no"],
         gpu_indices=gpu_indices,
         peers=peers,
         inherit_host=False,
     )
     me = next((p for p in peers if (p.role, p.index) == (role, index)), None)
     return TaskLaunch(
-        attempt_id=attempt_id,
-        job_id=str(row["job_id"]),
-        generation=int(str(row["generation"])),
+        attempt_id=row["id"],
+        job_id=row["job_id"],
+        generation=row["generation"],
         task_role=role,
         task_index=index,
-        attempt_no=int(str(row["attempt_no"])),
+        attempt_no=row["attempt_no"],
         node_id=node_id,
         command=task_role.command,
         env=env,

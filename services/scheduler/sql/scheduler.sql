@@ -57,11 +57,7 @@ RETURNING generation;
 
 -- name: largest_unready_node
 -- The most GPUs on a registered node that is not ready (drained, unreachable, no agent).
-SELECT coalesce(max(gpus), 0) FROM (
-    SELECT count(*) AS gpus FROM monitor.gpus g
-    WHERE g.node_id <> ALL($1::text[])
-    GROUP BY g.node_id
-) unready;
+SELECT coalesce(max(gpu_count), 0) FROM monitor.nodes WHERE id <> ALL($1::text[]);
 
 -- name: write_pending_status
 -- One batch per cycle; ``since`` moves only when the reason changes.
