@@ -11,7 +11,7 @@ The same policy objects run in the live scheduler and in the trace-driven simula
 - priority.py — the shared engine: priority order, gangs, optional preemption.
 - fifo.py, oracle.py, las.py — the baselines: fifo, fifo_bf (EASY), sjf, sjf_skip,
   srtf, las.
-- corral.py — Corral's default, duration-blind policy.
+- corral.py — Corral's default, duration-blind policy; starvation.py — its starvation guard.
 
 `make_policy` builds one by name; the oracle baselines need the true durations, passed
 explicitly, which is what keeps the others duration-blind.

@@ -20,17 +20,15 @@ Queue order, preemption and placement are the Tiresias ones (las.py, priority.py
 in order, first come first served within a queue, a job preempts only jobs of lower
 queues, a job that cannot fit is skipped.
 
-Why a guard, and why it is off by default: LAS can starve a long job under sustained
-load, preempted by every wave of arrivals. With `starve_after_s` set, a job whose total
-wait (before its first start and after preemptions) reaches it becomes *starving*: it
-ranks above every other job (oldest submission first), may preempt any non-starving job,
-and is never preempted itself, so once it runs it finishes. Measured on the bench slices
-it did not pay: under the overload of the ITP cluster06/02 slices every limit tried
-(12 h to 7 days) turned the policy into FIFO for the many jobs that had waited that
-long, raising average JCT by 10-75% and, at most limits, the p99.9 queueing delay too;
-only on the lightly loaded cluster04 slice did a 12 h limit cut the tail (p99.9 95k s ->
-43k s) at no cost. The default is therefore no limit (infinity); a load-aware limit is
-the next thing to try.
+Why a starvation guard: LAS starves long jobs under sustained load, preempted by every
+wave of arrivals, so its tail of queueing delay is worse than FIFO's. The guard
+(starvation.py) promotes jobs whose total wait exceeds a load-aware limit, longest wait
+first, within a GPU budget; a promoted job ranks above every other, may preempt any job
+that is not promoted, and is never preempted, so once it runs it finishes. The defaults:
+a wait of at least 12 h and 12x the typical wait (moving average over ~7 days), promoted
+jobs holding at most half of the cluster, jobs wider than a quarter of it never promoted.
+Measured on the bench slices they bring the p99.9 queueing delay under FIFO with EASY
+backfill's on all four, for at most a few per cent of average JCT (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -38,12 +36,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from services.scheduler.policy.jobs import Job, JobId
+from services.scheduler.policy.base import Round
+from services.scheduler.policy.cluster import Cluster
+from services.scheduler.policy.jobs import Job
 from services.scheduler.policy.las import LasQueues
 from services.scheduler.policy.priority import Key, PriorityPolicy
+from services.scheduler.policy.starvation import StarvationGuard
 
 DEFAULT_THRESHOLDS_GPU_S = (900.0, 3600.0, 14400.0, 57600.0, 230400.0)
-DEFAULT_STARVE_AFTER_S = math.inf  # no starvation guard; see the module docstring
+# The starvation guard's defaults (starvation.py; why these: docs/performance.md).
+STARVE_MIN_WAIT_S = 12 * 3600.0
+STARVE_FACTOR = 12.0  # promote past this many times the typical wait
+STARVE_TIME_CONSTANT_S = 7 * 86400.0
+STARVE_SHARE = 0.5  # of the cluster's GPUs, for promoted jobs together
+STARVE_MAX_WIDTH = 0.25  # of the cluster's GPUs: wider jobs are never promoted
 
 
 class CorralPolicy(PriorityPolicy):
@@ -53,23 +59,16 @@ class CorralPolicy(PriorityPolicy):
     def __init__(
         self,
         thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
-        starve_after_s: float = DEFAULT_STARVE_AFTER_S,
+        guard: StarvationGuard | None = None,
     ) -> None:
         super().__init__()
         self.queues = LasQueues(thresholds_gpu_s)
-        self.starve_after_s = starve_after_s
-        self._starved: set[JobId] = set()  # starving once, starving until it finishes
-
-    def starving(self, job: Job, now: float) -> bool:
-        if job.id in self._starved:
-            return True
-        if job.waited_at(now) >= self.starve_after_s:
-            self._starved.add(job.id)
-            return True
-        return False
+        self.guard = guard or StarvationGuard(
+            STARVE_MIN_WAIT_S, STARVE_FACTOR, STARVE_TIME_CONSTANT_S, STARVE_SHARE, STARVE_MAX_WIDTH
+        )
 
     def pending_key(self, job: Job, now: float) -> Key:
-        if self.starving(job, now):
+        if self.guard.promoted(job):
             return (0, job.submit_s)
         queue, entered = self.queues.queue_of(job, now)
         return (1 + queue, entered)
@@ -78,13 +77,18 @@ class CorralPolicy(PriorityPolicy):
         return (pending_key[0], math.inf)  # only jobs of lower classes are victims
 
     def next_change(self, job: Job, now: float) -> float | None:
-        if self.starving(job, now):
+        if self.guard.promoted(job):
             return None  # top rank for good
         if job.running:
             return self.queues.next_demotion(job, now)
-        return now + self.starve_after_s - job.waited_at(now)
+        return self.guard.candidate_at(job, now)
+
+    def schedule(self, now: float, cluster: Cluster) -> Round:
+        for job in self.guard.promote(now, cluster.total_gpus):
+            self.pending.rekey(job, self.pending_key(job, now))
+        return super().schedule(now, cluster)
 
     def finished(self, job: Job, now: float) -> None:
         super().finished(job, now)
         self.queues.forget(job)
-        self._starved.discard(job.id)
+        self.guard.finished(job, now)
