@@ -4,8 +4,8 @@
 ``corral <service>`` runs one service in the foreground (``api``, ``scheduler``,
 ``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``); ``corral nodes``,
 ``corral gpus``, ``corral drain NODE``, ``corral undrain NODE``, ``corral alerts``,
-``corral ack ALERT``, ``corral resolve ALERT``, ``corral alert-rules``, ``corral why JOB``
-and ``corral services`` talk to the API
+``corral ack ALERT``, ``corral resolve ALERT``, ``corral alert-rules``, ``corral why JOB``,
+``corral services``, ``corral vcs`` and ``corral vc set|delete`` talk to the API
 (``CORRAL_URL``, ``CORRAL_TOKEN`` or ``$CORRAL_HOME/admin-token``). The other user-facing
 commands (submit, jobs, logs, ...) arrive with the SDK/CLI issue.
 """
@@ -16,11 +16,11 @@ import argparse
 import runpy
 import sys
 
-from corral.commands import alerts, jobs, nodes, services
+from corral.commands import alerts, jobs, nodes, services, vcs
 from corral.commands.client import CommandError
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
 
-API_COMMANDS = (nodes, alerts, jobs, services)
+API_COMMANDS = (nodes, alerts, jobs, services, vcs)
 
 
 def main(argv: list[str] | None = None) -> int:

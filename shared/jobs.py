@@ -26,7 +26,7 @@ MAX_GPUS_PER_INSTANCE = 64
 MAX_COMMAND_CHARS = 16_384
 MAX_ENV_VARS = 256
 
-_NAME_RE = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -83,7 +83,10 @@ class Resources(BaseModel):
     cpus: float = Field(default=1.0, gt=0, le=1024, description="CPU cores per instance")
     memory_mb: int = Field(default=1024, gt=0, le=16 * 1024 * 1024, description="Memory per instance")
     gpu_type: str | None = Field(
-        default=None, max_length=64, description="GPU model, e.g. H100; any type when omitted"
+        default=None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$",
+        description="GPU type, e.g. H100 (as `corral gpus` shows it); any type when omitted",
     )
 
 
@@ -152,7 +155,7 @@ class Completion(BaseModel):
 class TaskRole(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, Field(pattern=_NAME_RE, description="lower-case role name, e.g. worker")]
+    name: Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case role name, e.g. worker")]
     instances: int = Field(default=1, ge=1, le=MAX_INSTANCES_PER_ROLE)
     command: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)
     image: str | None = Field(
@@ -232,14 +235,21 @@ class JobSpec(BaseModel):
         },
     )
 
-    name: Annotated[str, Field(pattern=_NAME_RE, description="lower-case job name")]
+    name: Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case job name")]
     tasks: list[TaskRole] = Field(min_length=1, max_length=MAX_TASK_ROLES)
-    virtual_cluster: Annotated[str, Field(pattern=_NAME_RE)] = "default"
+    virtual_cluster: Annotated[str, Field(pattern=NAME_PATTERN)] = "default"
     priority: int = Field(default=0, ge=-1000, le=1000)
     max_runtime_s: int | None = Field(
         default=None, ge=1, le=90 * 86_400, description="tasks still running after this are stopped"
     )
     retry: RetryPolicy = RetryPolicy()
+    topology: Literal["pack", "single_node", "one_per_node"] = Field(
+        default="pack",
+        description=(
+            "pack: fewest nodes, whole job on one node when it fits (default); single_node: every"
+            " task instance on one node; one_per_node: every task instance on a node of its own"
+        ),
+    )
 
     @model_validator(mode="after")
     def _unique_roles(self) -> JobSpec:
@@ -248,6 +258,22 @@ class JobSpec(BaseModel):
         if duplicates:
             raise ValueError(f"task role names must be unique; repeated: {', '.join(duplicates)}")
         return self
+
+    @model_validator(mode="after")
+    def _one_gpu_type(self) -> JobSpec:
+        types = sorted({t.resources.gpu_type.upper() for t in self.tasks if t.resources.gpu_type})
+        if len(types) > 1:
+            raise ValueError(
+                f"a job runs on one GPU type, but its tasks ask for {', '.join(types)}; give them all"
+                " the same resources.gpu_type (or leave it out on all but one)"
+            )
+        return self
+
+    @property
+    def gpu_type(self) -> str | None:
+        """The GPU type every GPU of the job must be (upper case), or None for any."""
+        types = [t.resources.gpu_type for t in self.tasks if t.resources.gpu_type]
+        return types[0].upper() if types else None
 
     @property
     def total_gpus(self) -> int:

@@ -27,10 +27,17 @@ def explain(job: dict[str, Any]) -> str:
     if pending is None:
         return f"{head}: the scheduler has not considered it yet"
     since = pending["since"][:19].replace("T", " ")
+    start = pending.get("estimated_start")
+    expected = (
+        f"expected to start around {start[:19].replace('T', ' ')} UTC"
+        if start
+        else "no start estimate (the jobs it waits for set no max_runtime_s)"
+    )
     return (
         f"{head}: {pending['reason']}\n"
         f"  {pending['detail']}\n"
-        f"  position {pending['position']} in the queue; this reason since {since} UTC"
+        f"  position {pending['position']} in the queue; this reason since {since} UTC\n"
+        f"  {expected}"
     )
 
 

@@ -22,6 +22,7 @@ from services.api.routes_jobs import router as jobs_router
 from services.api.routes_nodes import router as nodes_router
 from services.api.routes_services import router as services_router
 from services.api.routes_silences import router as silences_router
+from services.api.routes_vcs import router as vcs_router
 from services.api.settings import Settings
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
 
@@ -62,6 +63,7 @@ def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastA
     app.include_router(silences_router)
     app.include_router(alert_rules_router)
     app.include_router(services_router)
+    app.include_router(vcs_router)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

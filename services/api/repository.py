@@ -7,9 +7,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from services.api.admission import ClusterShape, ShapeCache, check_can_ever_run
 from shared.db.pool import Database
 from shared.db.queries import Queries
-from shared.errors import Conflict, NotFound
+from shared.errors import Conflict, InvalidInput, NotFound
 from shared.events import (
     AlertActionRequested,
     AlertRulesRequested,
@@ -39,6 +40,7 @@ SOURCE = "corral/api"
 class ApiRepository:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.shapes = ShapeCache(self.cluster_shape)
 
     async def _record(self, event: Event, aggregate: str) -> None:
         """A request for the service that owns the entity: an event in the outbox, alone in
@@ -47,9 +49,18 @@ class ApiRepository:
             await append(conn, event, aggregate=aggregate)
 
     async def submit_job(self, spec: JobSpec, username: str) -> dict[str, Any]:
-        """Store the job as PENDING and its ``job.submitted`` event, atomically."""
+        """Store the job as PENDING and its ``job.submitted`` event, atomically.
+
+        Refused (``InvalidInput``, nothing stored) when its VC does not exist or no
+        registered node could ever hold it."""
+        check_can_ever_run(spec, await self.shapes.get())
         job_id: JobId = new_job_id()
         async with self.db.transaction() as conn:
+            if await conn.fetchval(SQL.vc_for_submit, spec.virtual_cluster) is None:
+                raise InvalidInput(
+                    f"virtual cluster {spec.virtual_cluster!r} does not exist; `corral vcs` (GET"
+                    " /api/v1/virtual-clusters) lists those you can submit to"
+                )
             row = await conn.fetchrow(
                 SQL.insert_job,
                 job_id,
@@ -239,3 +250,35 @@ class ApiRepository:
             ),
         )
         await self._record(event, silence_id)
+
+    # --- virtual clusters (the API's own table) -----------------------------------------
+
+    async def cluster_shape(self) -> ClusterShape:
+        return ClusterShape.of((r["gpus"], r["model"]) for r in await self.db.fetch(SQL.cluster_shape))
+
+    async def list_vcs(self, name: str | None) -> list[dict[str, Any]]:
+        return [dict(row) for row in await self.db.fetch(SQL.list_vcs, name)]
+
+    async def quota_totals(self, excluding: str) -> dict[str, int]:
+        return {row["gpu_type"]: int(row["gpus"]) for row in await self.db.fetch(SQL.quota_totals, excluding)}
+
+    async def put_vc(
+        self, name: str, description: str, quota: dict[str, int], max_gpus_per_user: int | None, by: str
+    ) -> bool:
+        """Create or replace the VC's definition; True when it is new."""
+        async with self.db.transaction() as conn:
+            created = await conn.fetchval(SQL.upsert_vc, name, description, quota, max_gpus_per_user, by)
+        return bool(created)
+
+    async def delete_vc(self, name: str) -> None:
+        """Delete a VC with no job waiting or running (``Conflict`` otherwise)."""
+        async with self.db.transaction() as conn:
+            if await conn.fetchval(SQL.lock_vc, name) is None:
+                raise NotFound(f"no virtual cluster {name!r}; list them with GET /api/v1/virtual-clusters")
+            live = await conn.fetchval(SQL.vc_live_jobs, name)
+            if live:
+                raise Conflict(
+                    f"virtual cluster {name} still has {live} job(s) waiting or running; cancel them or"
+                    " let them end, then delete it"
+                )
+            await conn.execute(SQL.delete_vc, name)

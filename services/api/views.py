@@ -34,11 +34,17 @@ class PendingView(BaseModel):
     """Why a pending job waits, as the scheduler's last cycle saw it."""
 
     reason: str = Field(
-        description="InsufficientGPUs, GangDoesNotFit, Fragmented, NodesUnhealthy or Priority"
+        description="WaitingForQuota, WaitingForPreemption, UserLimit, InsufficientGPUs, GangDoesNotFit,"
+        " Fragmented, NodesUnhealthy or Priority"
     )
     detail: str
     position: int = Field(description="1-based, among waiting jobs, in the order the scheduler takes them")
     since: datetime = Field(description="since when this reason holds")
+    estimated_start: datetime | None = Field(
+        default=None,
+        description="when it is expected to start, from the running jobs' max_runtime_s; null when"
+        " nothing says",
+    )
 
 
 class JobView(BaseModel):
@@ -85,6 +91,7 @@ class JobView(BaseModel):
                 detail=job["pending_detail"],
                 position=job["pending_position"],
                 since=job["pending_since"],
+                estimated_start=job["pending_estimated_start"],
             )
             if job.get("pending_reason")
             else None,

@@ -7,6 +7,7 @@ import asyncio
 from services.scheduler.cycle import Cycle
 from services.scheduler.handlers import JOB_EVENTS, NODE_EVENTS, wake_cycle
 from services.scheduler.leader import Leadership
+from services.scheduler.planner import PlanSettings
 from services.scheduler.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.service import run_service, service_resources
@@ -15,7 +16,8 @@ from shared.service import run_service, service_resources
 async def serve(settings: Settings) -> None:
     async with service_resources("scheduler", settings.common) as res:
         leadership = Leadership(settings.common.database.url, settings.scheduler.leader_retry_s)
-        cycle = Cycle(leadership, settings.scheduler.cycle_interval_s)
+        policy = PlanSettings(min_runtime_s=settings.scheduler.min_runtime_s)
+        cycle = Cycle(leadership, settings.scheduler.cycle_interval_s, policy)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             tg.create_task(leadership.run(), name="leadership")

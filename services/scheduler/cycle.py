@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Hashable
 
 import asyncpg
 
 from services.scheduler.leader import Leadership
-from services.scheduler.placement import Waiting, plan
-from services.scheduler.preemption import evict_from_drained_nodes
+from services.scheduler.model import Waiting
+from services.scheduler.planner import PlanSettings, plan
+from services.scheduler.preemption import evict_from_drained_nodes, request_preemption
 from services.scheduler.repository import commit_decisions, load_snapshot, write_pending_status
 from shared.aio import raise_if_cancelling, wait_event
 
@@ -26,13 +28,15 @@ MAX_PENDING_PER_CYCLE = 5000
 
 
 class Cycle:
-    def __init__(self, leadership: Leadership, interval_s: float) -> None:
+    def __init__(self, leadership: Leadership, interval_s: float, policy: PlanSettings | None = None) -> None:
         self._leadership = leadership
         self._interval_s = interval_s
+        self._policy = policy or PlanSettings()
         self._wakeup = asyncio.Event()
         self.cycles = 0
         self.placed = 0
-        self._said: dict[str, Waiting] = {}  # why each job waits, as last written
+        self.preempted = 0
+        self._said: dict[str, Hashable] = {}  # why each job waits, as last written
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -57,9 +61,22 @@ class Cycle:
                         log.warning("job %s preempted: its node was drained with eviction", job_id)
                     snapshot = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
                     pending = snapshot.pending
-                    result = plan(pending, snapshot.nodes, snapshot.largest_unready_node)
+                    result = plan(
+                        pending,
+                        snapshot.nodes,
+                        running=snapshot.running,
+                        vcs=snapshot.vcs,
+                        largest_unready_node=snapshot.largest_unready_node,
+                        settings=self._policy,
+                    )
                     placed = await commit_decisions(conn, result.decisions)
-                    changed = [w for w in result.waiting if self._said.get(w.job_id) != w]
+                    preempted = 0
+                    for preemption in result.preemptions:
+                        if await request_preemption(conn, preemption.job_id, preemption.reason):
+                            log.info("job %s preempted: %s", preemption.job_id, preemption.reason)
+                            preempted += 1
+                    said = {w.job_id: _said_key(w) for w in result.waiting}
+                    changed = [w for w in result.waiting if self._said.get(w.job_id) != said[w.job_id]]
                     await write_pending_status(conn, changed, [w.job_id for w in result.waiting])
             except asyncpg.PostgresError as exc:
                 # Cancelled mid-query (shutdown), asyncpg may raise this instead of the
@@ -76,9 +93,10 @@ class Cycle:
                 await self._leadership.resign()
                 return 0
         # Remembered only once committed: a failed cycle writes its reasons again.
-        self._said = {w.job_id: w for w in result.waiting}
+        self._said = said
         self.cycles += 1
         self.placed += placed
+        self.preempted += preempted
         if placed:
             log.info(
                 "cycle placed %d of %d pending jobs in %.1f ms",
@@ -87,3 +105,11 @@ class Cycle:
                 (time.perf_counter() - started) * 1000,
             )
         return placed
+
+
+def _said_key(waiting: Waiting) -> Hashable:
+    """What is worth writing again when it changes: the estimate counts when it moves by
+    more than ten seconds (it is recomputed from "now" every cycle)."""
+    start = waiting.estimated_start_s
+    when = None if start is None else round((time.time() + start) / 10)
+    return (waiting.reason, waiting.detail, waiting.position, when)

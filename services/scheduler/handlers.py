@@ -20,6 +20,7 @@ JOB_EVENTS = ConsumerConfig(
         "corral.job.succeeded.>",
         "corral.job.failed.>",
         "corral.job.cancelled.>",
+        "corral.job.preempted.>",  # back in the queue, its GPUs free for whoever asked
     ),
     deliver_all=False,
 )

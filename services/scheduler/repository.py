@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
-from services.scheduler.placement import Decision, NodeCapacity, PendingJob, TaskDemand, Waiting
+import asyncpg
+
+from services.scheduler.model import (
+    Decision,
+    NodeCapacity,
+    PendingJob,
+    RunningJob,
+    TaskDemand,
+    Topology,
+    VirtualCluster,
+    Waiting,
+)
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.events import JobScheduled
 from shared.events.jobs import JobScheduledData, TaskPlacement
+from shared.gpu_types import gpu_type_of
 from shared.outbox import append
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -20,21 +34,28 @@ SOURCE = "corral/scheduler"
 class Snapshot:
     pending: list[PendingJob]
     nodes: dict[str, NodeCapacity]
+    running: list[RunningJob]
+    vcs: dict[str, VirtualCluster]
     largest_unready_node: int  # GPUs on the biggest registered node that is not ready
 
 
 async def load_snapshot(conn: Connection, max_pending: int) -> Snapshot:
     await conn.execute(SQL.release_finished_allocations)
+    allocations = await conn.fetch(SQL.live_allocations)
     used: dict[str, set[int]] = {}
-    for row in await conn.fetch(SQL.live_allocations):
+    for row in allocations:
         used.setdefault(row["node_id"], set()).update(row["gpu_indices"])
     nodes = {}
     for row in await conn.fetch(SQL.ready_nodes):
         indices = [i for i in row["gpu_indices"] if i is not None]
         busy = used.get(row["id"], set())
         nodes[row["id"]] = NodeCapacity(
-            row["id"], [i for i in indices if i not in busy], total_gpus=len(indices)
+            row["id"],
+            [i for i in indices if i not in busy],
+            total_gpus=len(indices),
+            gpu_type=gpu_type_of(row["model"]) if row["model"] else "",
         )
+    running = await _running_jobs(conn, allocations, nodes)
     # The spec was validated at submit; the cycle reads just the demands, pre-extracted by
     # SQL, instead of re-validating every pending spec on every cycle.
     pending = [
@@ -45,11 +66,58 @@ async def load_snapshot(conn: Connection, max_pending: int) -> Snapshot:
             tasks=tuple(
                 TaskDemand(name, int(instances), int(gpus)) for name, instances, gpus in row["tasks"]
             ),
+            vc=row["virtual_cluster"],
+            user=row["username"],
+            gpu_type=row["gpu_type"],
+            topology=cast(Topology, row["topology"]),
+            max_runtime_s=row["max_runtime_s"],
         )
         for row in await conn.fetch(SQL.pending_jobs, max_pending)
     ]
+    vcs = {
+        row["name"]: VirtualCluster(
+            row["name"],
+            {gpu_type.upper(): int(gpus) for gpu_type, gpus in row["quota"].items()},
+            row["max_gpus_per_user"],
+        )
+        for row in await conn.fetch(SQL.virtual_clusters)
+    }
     largest_unready = await conn.fetchval(SQL.largest_unready_node, list(nodes))
-    return Snapshot(pending, nodes, int(largest_unready))
+    return Snapshot(pending, nodes, running, vcs, int(largest_unready))
+
+
+async def _running_jobs(
+    conn: Connection, rows: Sequence[asyncpg.Record], nodes: dict[str, NodeCapacity]
+) -> list[RunningJob]:
+    """Placed jobs from their allocation rows (ordered by job), typed by their nodes' GPUs."""
+    elsewhere = sorted({r["node_id"] for r in rows} - set(nodes))
+    types = {node_id: node.gpu_type for node_id, node in nodes.items()}
+    if elsewhere:
+        for row in await conn.fetch(SQL.node_models, elsewhere):
+            types[row["node_id"]] = gpu_type_of(row["model"])
+    jobs: list[RunningJob] = []
+    slices: list[tuple[str, tuple[int, ...]]] = []
+    for n, row in enumerate(rows):
+        slices.append((row["node_id"], tuple(row["gpu_indices"])))
+        if n + 1 < len(rows) and rows[n + 1]["job_id"] == row["job_id"]:
+            continue
+        gpu_nodes = [node for node, gpus in slices if gpus]
+        jobs.append(
+            RunningJob(
+                job_id=row["job_id"],
+                vc=row["virtual_cluster"],
+                user=row["username"],
+                priority=row["priority"],
+                gpu_type=types.get(gpu_nodes[0], "") if gpu_nodes else "",
+                slices=tuple(slices),
+                borrowed=row["borrowed"],
+                runtime_s=row["runtime_s"],
+                max_runtime_s=row["max_runtime_s"],
+                preempting=row["preempting"],
+            )
+        )
+        slices = []
+    return jobs
 
 
 async def write_pending_status(conn: Connection, changed: list[Waiting], waiting_ids: list[str]) -> None:
@@ -62,6 +130,7 @@ async def write_pending_status(conn: Connection, changed: list[Waiting], waiting
             [w.reason for w in changed],
             [w.detail for w in changed],
             [w.position for w in changed],
+            [w.estimated_start_s for w in changed],
         )
 
 
@@ -75,7 +144,15 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
         await conn.executemany(
             SQL.insert_allocation,
             [
-                (decision.job.job_id, generation, p.role, p.index, p.node_id, list(p.gpu_indices))
+                (
+                    decision.job.job_id,
+                    generation,
+                    p.role,
+                    p.index,
+                    p.node_id,
+                    list(p.gpu_indices),
+                    decision.borrowed,
+                )
                 for p in decision.placements
             ],
         )

@@ -14,6 +14,9 @@ class SchedulerSettings(BaseSettings):
     # Events wake the cycle at once; this periodic cycle catches whatever they missed.
     cycle_interval_s: float = Field(default=2.0, gt=0)
     leader_retry_s: float = Field(default=1.0, gt=0)
+    # A job runs at least this long before a higher-priority job may preempt it (reclaiming
+    # a VC's quota from borrowers does not wait: see planner.py).
+    min_runtime_s: float = Field(default=300.0, ge=0)
 
 
 class Settings(BaseSettings):

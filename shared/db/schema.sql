@@ -132,6 +132,17 @@ CREATE TABLE api.tokens (
     revoked_at timestamp with time zone,
     CONSTRAINT tokens_role_check CHECK ((role = ANY (ARRAY['admin'::text, 'user'::text])))
 );
+CREATE TABLE api.virtual_clusters (
+    name text NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    quota jsonb DEFAULT '{}'::jsonb NOT NULL,
+    max_gpus_per_user integer,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_by text DEFAULT 'corral'::text NOT NULL,
+    CONSTRAINT virtual_clusters_max_gpus_per_user_check CHECK (((max_gpus_per_user IS NULL) OR (max_gpus_per_user >= 0))),
+    CONSTRAINT virtual_clusters_quota_check CHECK ((jsonb_typeof(quota) = 'object'::text))
+);
 CREATE TABLE corral.dead_letters (
     id bigint NOT NULL,
     consumer text NOT NULL,
@@ -344,7 +355,8 @@ CREATE TABLE scheduler.allocations (
     node_id text NOT NULL,
     gpu_indices integer[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    released_at timestamp with time zone
+    released_at timestamp with time zone,
+    borrowed boolean DEFAULT false NOT NULL
 );
 CREATE TABLE scheduler.pending_status (
     job_id text NOT NULL,
@@ -353,7 +365,8 @@ CREATE TABLE scheduler.pending_status (
     "position" integer NOT NULL,
     since timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT pending_status_reason_check CHECK ((reason = ANY (ARRAY['InsufficientGPUs'::text, 'GangDoesNotFit'::text, 'Fragmented'::text, 'NodesUnhealthy'::text, 'Priority'::text])))
+    estimated_start timestamp with time zone,
+    CONSTRAINT pending_status_reason_check CHECK ((reason = ANY (ARRAY['WaitingForQuota'::text, 'WaitingForPreemption'::text, 'UserLimit'::text, 'InsufficientGPUs'::text, 'GangDoesNotFit'::text, 'Fragmented'::text, 'NodesUnhealthy'::text, 'Priority'::text])))
 );
 CREATE TABLE scheduler.preemptions (
     job_id text NOT NULL,
@@ -388,6 +401,8 @@ ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_sha256_key UNIQUE (sha256);
+ALTER TABLE ONLY api.virtual_clusters
+    ADD CONSTRAINT virtual_clusters_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY corral.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY corral.outbox

@@ -46,7 +46,9 @@ async def submit(db: Database, gpus: int = 2, vc: str = "default") -> str:
             "tasks": [{"name": "main", "command": "x", "resources": {"gpus": gpus}}],
         }
     )
-    job = await ApiRepository(db).submit_job(spec, "alice")
+    repo = ApiRepository(db)
+    await repo.put_vc(vc, "", {}, None, "test")  # jobs go to VCs that exist
+    job = await repo.submit_job(spec, "alice")
     return str(job["id"])
 
 

@@ -99,7 +99,18 @@ async def test_jobs_queue_when_gpus_are_busy_and_run_when_they_free_up(stack: St
         big = await submit(http, HOLD, gpus=6, name="big")
         await wait_state(http, big, {"RUNNING"})
         waiting = await submit(http, "echo my turn", gpus=4, name="waiting")
-        too_wide = await submit(http, "echo never", gpus=16, name="too-wide")
+        # A job no node could ever hold is refused at once, not queued forever.
+        too_wide = await http.post(
+            "/api/v1/jobs",
+            json={
+                "name": "too-wide",
+                "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 16}}],
+            },
+        )
+        assert too_wide.status_code == 422
+        assert too_wide.json()["detail"].startswith(
+            "a task asks for 16 GPUs on one node, but the largest node has 8"
+        )
         await asyncio.sleep(1.0)
         pending = (await http.get(f"/api/v1/jobs/{waiting}")).json()
         assert pending["state"] == "PENDING"
@@ -107,13 +118,14 @@ async def test_jobs_queue_when_gpus_are_busy_and_run_when_they_free_up(stack: St
         assert pending["pending"]["reason"] == "InsufficientGPUs"
         assert pending["pending"]["detail"] == "needs 4 GPUs; 2 are free on ready nodes"
         assert pending["pending"]["position"] == 1
-        why = corral(stack, "why", too_wide)
+        assert pending["pending"]["estimated_start"] is None  # "big" gave no max_runtime_s
+        why = corral(stack, "why", waiting)
         assert why.returncode == 0, why.stderr
-        headline, detail, place = why.stdout.splitlines()
-        assert headline == f"job {too_wide} (too-wide) is PENDING: GangDoesNotFit"
-        assert detail == "  a task needs 16 GPUs on one node; the largest ready node has 8"
-        assert place.startswith("  position 2 in the queue; this reason since ")
-        assert (await http.post(f"/api/v1/jobs/{too_wide}/cancel")).status_code == 200
+        headline, detail, place, expected = why.stdout.splitlines()
+        assert headline == f"job {waiting} (waiting) is PENDING: InsufficientGPUs"
+        assert detail == "  needs 4 GPUs; 2 are free on ready nodes"
+        assert place.startswith("  position 1 in the queue; this reason since ")
+        assert expected == "  no start estimate (the jobs it waits for set no max_runtime_s)"
         stack.release(big)
         await wait_state(http, big, {"SUCCEEDED"})
         done = await wait_state(http, waiting, {"SUCCEEDED"})

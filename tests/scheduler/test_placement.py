@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.placement import NodeCapacity, PendingJob, TaskDemand, decide, place_gang, plan
+from services.scheduler.model import NodeCapacity, PendingJob, TaskDemand
+from services.scheduler.placement import NodeIndex, place_gang
+from services.scheduler.planner import decide, plan
 
 
 def _nodes(*free: int) -> dict[str, NodeCapacity]:
@@ -20,13 +22,13 @@ def _job(job_id: str, *tasks: tuple[int, int], priority: int = 0) -> PendingJob:
 
 def test_a_gang_that_does_not_fit_takes_nothing() -> None:
     nodes = _nodes(8, 4)
-    assert place_gang(_job("j", (4, 4)), nodes) is None  # 16 GPUs wanted, 12 exist
+    assert place_gang(_job("j", (4, 4)), NodeIndex(nodes.values()), "") is None  # 16 GPUs wanted, 12 exist
     assert [n.free_gpus for n in nodes.values()] == [list(range(8)), list(range(4))]
 
 
 def test_best_fit_keeps_the_big_node_free() -> None:
     nodes = _nodes(8, 2)
-    [placement] = place_gang(_job("j", (1, 2)), nodes) or []
+    [placement] = place_gang(_job("j", (1, 2)), NodeIndex(nodes.values()), "") or []
     assert placement.node_id == "n1"
     assert nodes["n0"].free_gpus == list(range(8))
 

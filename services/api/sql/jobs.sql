@@ -9,7 +9,7 @@ RETURNING id, name, username, virtual_cluster, priority, spec, state, version, g
 SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
        exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
        p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
-       p.since AS pending_since
+       p.since AS pending_since, p.estimated_start AS pending_estimated_start
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
 WHERE j.id = $1;
 
@@ -17,7 +17,7 @@ WHERE j.id = $1;
 SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
        exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
        p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
-       p.since AS pending_since
+       p.since AS pending_since, p.estimated_start AS pending_estimated_start
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
 WHERE ($1::text IS NULL OR state = $1)
 ORDER BY created_at DESC, id DESC

@@ -8,8 +8,9 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
 
 -- name: ready_nodes
 -- Ready: the monitor hears the node and has not drained it, and a node agent holds a live
--- lease to run tasks there. A GPU NVML reports lost is no capacity.
-SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices
+-- lease to run tasks there. A GPU NVML reports lost is no capacity. A node's GPUs are of
+-- one model (its type is derived from the model in Python: shared/gpu_types.py).
+SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices, min(g.model) AS model
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
 LEFT JOIN monitor.gpus g
@@ -17,6 +18,13 @@ LEFT JOIN monitor.gpus g
    AND NOT EXISTS (SELECT 1 FROM monitor.gpu_readings r WHERE r.node_id = g.node_id AND r.index = g.index AND r.lost)
 WHERE n.state = 'READY' AND n.drained_at IS NULL
 GROUP BY n.id;
+
+-- name: node_models
+-- The GPU model of every node holding allocations (ready or not), to type running jobs.
+SELECT node_id, min(model) AS model FROM monitor.gpus WHERE node_id = ANY($1::text[]) GROUP BY node_id;
+
+-- name: virtual_clusters
+SELECT name, quota, max_gpus_per_user FROM api.virtual_clusters;
 
 -- name: jobs_on_evicting_nodes
 -- Jobs holding GPUs on a node drained with eviction (its GPUs are gone or failing).
@@ -27,13 +35,29 @@ WHERE a.released_at IS NULL AND n.drained_at IS NOT NULL AND n.drain_evicts
 ORDER BY a.job_id;
 
 -- name: live_allocations
-SELECT node_id, gpu_indices FROM scheduler.allocations WHERE released_at IS NULL;
+-- Every placed job's GPUs, with what the policy weighs when choosing victims: owner,
+-- priority, borrowed or not, how long since it was placed, its limit, whether a
+-- preemption was already asked for this generation.
+SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed,
+       j.virtual_cluster, j.username, j.priority,
+       extract(epoch FROM now() - a.created_at)::float8 AS runtime_s,
+       (j.spec->>'max_runtime_s')::float8 AS max_runtime_s,
+       EXISTS (SELECT 1 FROM scheduler.preemptions p WHERE p.job_id = a.job_id AND p.generation = a.generation)
+           AS preempting
+FROM scheduler.allocations a JOIN api.jobs j ON j.id = a.job_id
+WHERE a.released_at IS NULL
+ORDER BY a.job_id, a.task_role, a.task_index;
 
 -- name: pending_jobs
--- Only what placement needs: per role, its name, instances and GPUs per instance.
-SELECT id, version, priority,
+-- Only what placement needs: per role, its name, instances and GPUs per instance; the
+-- job's one GPU type (upper case), topology and limit.
+SELECT id, version, priority, virtual_cluster, username,
        (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus'] ORDER BY n)
-        FROM jsonb_array_elements(spec->'tasks') WITH ORDINALITY AS r(t, n)) AS tasks
+        FROM jsonb_array_elements(spec->'tasks') WITH ORDINALITY AS r(t, n)) AS tasks,
+       (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
+        WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
+       coalesce(spec->>'topology', 'pack') AS topology,
+       (spec->>'max_runtime_s')::float8 AS max_runtime_s
 FROM api.jobs
 WHERE state = 'PENDING' AND (not_before IS NULL OR not_before <= now())
 ORDER BY created_at, id LIMIT $1;
@@ -45,8 +69,8 @@ WHERE id = $1 AND state = 'PENDING' AND version = $2
 RETURNING generation;
 
 -- name: insert_allocation
-INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices)
-VALUES ($1, $2, $3, $4, $5, $6);
+INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
 
 -- name: insert_preemption
 -- One decision per job generation; only a placed job can be preempted.
@@ -61,10 +85,14 @@ SELECT coalesce(max(gpu_count), 0) FROM monitor.nodes WHERE id <> ALL($1::text[]
 
 -- name: write_pending_status
 -- One batch per cycle; ``since`` moves only when the reason changes.
-INSERT INTO scheduler.pending_status AS s (job_id, reason, detail, position)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
+-- The estimate comes as seconds from now (NULL: none).
+INSERT INTO scheduler.pending_status AS s (job_id, reason, detail, position, estimated_start)
+SELECT job_id, reason, detail, position, now() + make_interval(secs => start_in_s)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::float8[])
+    AS u(job_id, reason, detail, position, start_in_s)
 ON CONFLICT (job_id) DO UPDATE
 SET reason = excluded.reason, detail = excluded.detail, position = excluded.position,
+    estimated_start = excluded.estimated_start,
     since = CASE WHEN s.reason = excluded.reason THEN s.since ELSE now() END, updated_at = now();
 
 -- name: forget_pending_status

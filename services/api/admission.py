@@ -1,0 +1,95 @@
+"""Submit-time checks: a job that can never run is refused with a 422 that says why.
+
+"Never" means on no registered node, ready or not: a drained node comes back, so a job
+only it could hold is accepted and waits (its reason says so). A cluster with no node
+registered yet (a fresh install) accepts everything: nothing is known to refuse on.
+
+The cluster's shape is read once every few seconds, not per submit: submissions arrive
+by the thousand per second and the node list changes by the minute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from shared.errors import InvalidInput
+from shared.gpu_types import gpu_type_of
+from shared.jobs import JobSpec
+
+
+@dataclass(frozen=True)
+class TypeShape:
+    nodes: int
+    largest: int  # GPUs on the biggest node of the type
+    total: int
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    types: dict[str, TypeShape]
+
+    @classmethod
+    def of(cls, nodes: Iterable[tuple[int, str | None]]) -> ClusterShape:
+        """From (GPU count, GPU model) per registered node."""
+        found: dict[str, list[int]] = {}
+        for gpus, model in nodes:
+            if gpus and model:
+                found.setdefault(gpu_type_of(model), []).append(gpus)
+        return cls({t: TypeShape(len(sizes), max(sizes), sum(sizes)) for t, sizes in found.items()})
+
+
+class ShapeCache:
+    """The cluster's shape, read again when older than ``ttl_s``."""
+
+    def __init__(self, load: Callable[[], Awaitable[ClusterShape]], ttl_s: float = 5.0) -> None:
+        self._load = load
+        self._ttl_s = ttl_s
+        self._shape: ClusterShape | None = None
+        self._at = 0.0
+
+    async def get(self) -> ClusterShape:
+        if self._shape is None or time.monotonic() - self._at > self._ttl_s:
+            shape = await self._load()
+            # An empty cluster is read again next time: its first node should count at once.
+            self._shape = shape if shape.types else None
+            self._at = time.monotonic()
+            return shape
+        return self._shape
+
+
+def check_can_ever_run(spec: JobSpec, shape: ClusterShape) -> None:
+    """Raise ``InvalidInput`` when no registered node (of the job's GPU type) could hold it."""
+    if not shape.types or spec.total_gpus == 0:
+        return
+    known = ", ".join(sorted(shape.types))
+    if spec.gpu_type is not None and spec.gpu_type not in shape.types:
+        raise InvalidInput(
+            f"no node has GPUs of type {spec.gpu_type}; this cluster has {known}"
+            " (`corral gpus` lists them). Ask for one of those, or leave resources.gpu_type out"
+        )
+    candidates = {spec.gpu_type: shape.types[spec.gpu_type]} if spec.gpu_type else shape.types
+    largest = max(s.largest for s in candidates.values())
+    kind = f" {spec.gpu_type}" if spec.gpu_type else ""
+    widest = max(task.resources.gpus for task in spec.tasks)
+    if widest > largest:
+        raise InvalidInput(
+            f"a task asks for {widest} GPUs on one node, but the largest{kind} node has {largest};"
+            " split the work over more task instances with fewer GPUs each"
+        )
+    if spec.topology == "single_node" and spec.total_gpus > largest:
+        raise InvalidInput(
+            f"topology single_node needs all {spec.total_gpus} GPUs on one node, but the largest{kind}"
+            f" node has {largest}; use topology pack, or fewer GPUs"
+        )
+    instances = sum(task.instances for task in spec.tasks if task.resources.gpus)
+    nodes = max(s.nodes for s in candidates.values())
+    if spec.topology == "one_per_node" and instances > nodes:
+        raise InvalidInput(
+            f"topology one_per_node needs {instances} nodes, but the cluster has {nodes}{kind} nodes;"
+            " use topology pack, or fewer instances"
+        )
+    total = max(s.total for s in candidates.values())
+    if spec.total_gpus > total:
+        raise InvalidInput(f"the job needs {spec.total_gpus} GPUs, but the cluster has {total}{kind} in all")

@@ -1,0 +1,156 @@
+"""``/api/v1/virtual-clusters``: the queues jobs are submitted to, and their quotas.
+
+A virtual cluster (VC) has a guaranteed number of GPUs per GPU type; its jobs within that
+quota are guaranteed, beyond it they borrow idle GPUs and may be preempted when the owner
+of those GPUs needs them (services/scheduler/planner.py). The API owns VC definitions:
+an admin creates and resizes one with ``PUT`` (the scheduler applies it at its next cycle,
+within seconds, no restart) and deletes one with no job waiting or running; everyone sees
+each VC's quota and usage.
+
+A quota is accepted even when the quotas of all VCs add up to more GPUs of a type than
+the cluster has (nodes come and go, and an admin may be adding some); the answer then
+carries a warning, because the guarantee cannot hold for every VC at once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from services.api.auth import AuthenticatedPrincipal
+from services.api.deps import repository, require_admin
+from shared.errors import InvalidInput, NotFound
+from shared.gpu_types import gpu_type_of
+from shared.jobs import NAME_PATTERN
+
+router = APIRouter(prefix="/api/v1/virtual-clusters", tags=["virtual clusters"])
+VcName = Annotated[str, Path(pattern=NAME_PATTERN, description="the VC's name, e.g. vision")]
+_GPU_TYPE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class VirtualClusterSpec(BaseModel):
+    """What an admin sets: ``PUT /api/v1/virtual-clusters/{name}``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"quota": {"H100": 16}, "max_gpus_per_user": 8}]},
+    )
+
+    description: str = Field(default="", max_length=500)
+    quota: dict[Annotated[str, Field(pattern=_GPU_TYPE)], Annotated[int, Field(ge=0, le=1_000_000)]] = Field(
+        default_factory=dict, max_length=32, description='guaranteed GPUs per GPU type, e.g. {"H100": 16}'
+    )
+    max_gpus_per_user: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="the most GPUs one user's jobs may hold in the VC"
+    )
+
+    @field_validator("quota")
+    @classmethod
+    def _upper_case_types(cls, value: dict[str, int]) -> dict[str, int]:
+        types = [t.upper() for t in value]
+        if len(set(types)) != len(types):
+            raise ValueError("a GPU type appears twice (types are not case-sensitive)")
+        return {t.upper(): gpus for t, gpus in value.items()}
+
+
+class Usage(BaseModel):
+    guaranteed: int = Field(description="GPUs its jobs hold within the quota")
+    borrowed: int = Field(description="GPUs its jobs hold beyond the quota (reclaimable)")
+
+
+class VirtualClusterView(BaseModel):
+    name: str
+    description: str
+    quota: dict[str, int]
+    max_gpus_per_user: int | None
+    usage: dict[str, Usage] = Field(description="GPUs held now, per GPU type")
+    pending_jobs: int
+    running_jobs: int
+    created_at: datetime
+    updated_at: datetime
+    updated_by: str
+    warnings: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], warnings: list[str] | None = None) -> VirtualClusterView:
+        usage: dict[str, Usage] = {}
+        for item in row["usage"]:
+            held = usage.setdefault(gpu_type_of(item["model"] or ""), Usage(guaranteed=0, borrowed=0))
+            if item["borrowed"]:
+                held.borrowed += int(item["gpus"])
+            else:
+                held.guaranteed += int(item["gpus"])
+        return cls(**{**row, "usage": usage, "warnings": warnings or []})
+
+
+class VirtualClusterList(BaseModel):
+    items: list[VirtualClusterView]
+
+
+@router.get("", operation_id="listVirtualClusters", response_model=VirtualClusterList)
+async def list_vcs(request: Request, _: AuthenticatedPrincipal) -> VirtualClusterList:
+    """Every VC with its quota and what it uses now."""
+    rows = await repository(request).list_vcs(None)
+    return VirtualClusterList(items=[VirtualClusterView.from_row(r) for r in rows])
+
+
+@router.get("/{name}", operation_id="getVirtualCluster", response_model=VirtualClusterView)
+async def get_vc(name: VcName, request: Request, _: AuthenticatedPrincipal) -> VirtualClusterView:
+    rows = await repository(request).list_vcs(name)
+    if not rows:
+        raise NotFound(f"no virtual cluster {name!r}; list them with GET /api/v1/virtual-clusters")
+    return VirtualClusterView.from_row(rows[0])
+
+
+@router.put("/{name}", operation_id="putVirtualCluster", response_model=VirtualClusterView)
+async def put_vc(
+    name: VcName,
+    spec: VirtualClusterSpec,
+    request: Request,
+    response: Response,
+    principal: AuthenticatedPrincipal,
+) -> VirtualClusterView:
+    """Create a VC or change its quota and limits (admin): 201 when created, 200 when changed."""
+    require_admin(principal, "create or resize virtual clusters")
+    repo = repository(request)
+    warnings = await _quota_warnings(request, name, spec.quota)
+    created = await repo.put_vc(
+        name, spec.description, spec.quota, spec.max_gpus_per_user, principal.username
+    )
+    response.status_code = 201 if created else 200
+    [row] = await repo.list_vcs(name)
+    return VirtualClusterView.from_row(row, warnings)
+
+
+@router.delete("/{name}", status_code=204, operation_id="deleteVirtualCluster")
+async def delete_vc(name: VcName, request: Request, principal: AuthenticatedPrincipal) -> Response:
+    """Delete a VC that has no job waiting or running (admin); its finished jobs keep its name."""
+    require_admin(principal, "delete virtual clusters")
+    if name == "default":
+        raise InvalidInput(
+            "the default virtual cluster takes every job that names none; it cannot be deleted"
+        )
+    await repository(request).delete_vc(name)
+    return Response(status_code=204)
+
+
+async def _quota_warnings(request: Request, name: str, quota: dict[str, int]) -> list[str]:
+    repo = repository(request)
+    shape = await repo.cluster_shape()
+    promised = await repo.quota_totals(excluding=name)
+    warnings = []
+    for gpu_type, gpus in sorted(quota.items()):
+        if not gpus:
+            continue
+        have = shape.types[gpu_type].total if gpu_type in shape.types else 0
+        if gpu_type not in shape.types:
+            warnings.append(f"no registered node has {gpu_type} GPUs yet; the quota holds once some do")
+        elif promised.get(gpu_type, 0) + gpus > have:
+            warnings.append(
+                f"VCs are promised {promised.get(gpu_type, 0) + gpus} {gpu_type} GPUs in all and the cluster"
+                f" has {have}: not every VC can get its quota at once"
+            )
+    return warnings

@@ -1,0 +1,148 @@
+"""What one scheduling cycle decides over: plain records, built from the tables by
+``repository.py`` (or by hand in tests and benchmarks), and the decisions it returns.
+
+Nothing here does I/O or reads a clock: ages and run times arrive as numbers of seconds,
+so the planner gives the same answer for the same snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+PendingReason = Literal[
+    "WaitingForQuota",  # its VC's guaranteed GPUs are in use, and nothing idle can be borrowed
+    "WaitingForPreemption",  # GPUs are being taken back for it (reclaimed or of lower priority)
+    "UserLimit",  # its user holds the VC's per-user maximum
+    "InsufficientGPUs",
+    "GangDoesNotFit",
+    "Fragmented",
+    "NodesUnhealthy",
+    "Priority",  # jobs ahead of it took (or hold a reservation on) the GPUs it needs
+]
+PENDING_REASONS: tuple[PendingReason, ...] = (
+    "WaitingForQuota",
+    "WaitingForPreemption",
+    "UserLimit",
+    "InsufficientGPUs",
+    "GangDoesNotFit",
+    "Fragmented",
+    "NodesUnhealthy",
+    "Priority",
+)
+
+# How the instances of a job may spread (the job spec's ``topology``).
+Topology = Literal["pack", "single_node", "one_per_node"]
+ANY_TYPE = "*"  # the pool of a job that names no GPU type, in per-type tallies
+
+
+@dataclass(frozen=True)
+class TaskDemand:
+    role: str
+    instances: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    version: int
+    priority: int
+    tasks: tuple[TaskDemand, ...]
+    vc: str = "default"
+    user: str = ""
+    gpu_type: str | None = None  # every GPU of the job is of this type; any when None
+    topology: Topology = "pack"
+    max_runtime_s: float | None = None  # the user's limit: the only run time a policy may know
+
+    @cached_property
+    def gpus(self) -> int:
+        return sum(t.instances * t.gpus for t in self.tasks)
+
+    @property
+    def widest(self) -> int:
+        return max((t.gpus for t in self.tasks), default=0)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A placed job (SCHEDULED or RUNNING) as the policy sees it."""
+
+    job_id: str
+    vc: str
+    user: str
+    priority: int
+    gpu_type: str  # of the nodes it runs on ("" when it holds no GPU)
+    slices: tuple[tuple[str, tuple[int, ...]], ...]  # (node, GPU indices) per task instance
+    borrowed: bool = False  # placed beyond its VC's quota: reclaimable at any time
+    runtime_s: float = 0.0  # since it was placed
+    max_runtime_s: float | None = None
+    preempting: bool = False  # a preemption was already asked for: its GPUs are coming free
+
+    @cached_property
+    def gpus(self) -> int:
+        return sum(len(gpus) for _, gpus in self.slices)
+
+
+@dataclass(frozen=True)
+class VirtualCluster:
+    name: str
+    quota: Mapping[str, int] = field(default_factory=dict)  # guaranteed GPUs per GPU type
+    max_gpus_per_user: int | None = None
+
+
+@dataclass
+class NodeCapacity:
+    node_id: str
+    free_gpus: list[int]
+    # Its usable GPUs, free or not (default: as many as are free).
+    total_gpus: int = -1
+    gpu_type: str = ""
+    # Task instances placed on it this cycle (GPU-less tasks still count, to spread them).
+    load: int = 0
+
+    def __post_init__(self) -> None:
+        if self.total_gpus < 0:
+            self.total_gpus = len(self.free_gpus)
+
+
+@dataclass(frozen=True)
+class InstancePlacement:
+    role: str
+    index: int
+    node_id: str
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass
+class Decision:
+    job: PendingJob
+    placements: list[InstancePlacement] = field(default_factory=list)
+    borrowed: bool = False
+
+
+@dataclass(frozen=True)
+class Preemption:
+    job_id: str
+    reason: str
+    for_job: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a job is still pending after a cycle."""
+
+    job_id: str
+    reason: PendingReason
+    detail: str
+    position: int  # 1-based, among the jobs left waiting, in the order the cycle took them
+    estimated_start_s: float | None = None  # seconds from now; None when nothing says
+
+
+@dataclass
+class Plan:
+    decisions: list[Decision] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)

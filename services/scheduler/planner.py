@@ -1,0 +1,511 @@
+"""The live scheduling policy: quotas, borrowing and reclaim, priority, fair share, backfill.
+
+``plan`` takes one snapshot (pending and running jobs, ready nodes, virtual clusters) and
+returns the cycle's decisions: placements, preemptions, and why every other job waits. Plain
+code, no I/O, no clock; the live cycle (``cycle.py``), the dry-run answer and the
+throughput benchmark all call it.
+
+**Virtual clusters and quota.** Each VC has a guaranteed number of GPUs per GPU type. A job
+whose VC has room for the whole job in its quota of a type is *guaranteed* there; a job
+beyond its VC's quota may still run on idle GPUs as a *borrowed* (opportunistic) job. When
+a guaranteed job does not fit, the planner takes GPUs back from borrowed jobs (*reclaim*,
+at once, whatever their priority: that is the promise that a VC never waits longer than
+on a private cluster of its quota size, as HiveD makes it). Quotas that add up to more
+than the cluster has break that promise; the API warns when they do.
+
+**Order.** Guaranteed candidates first, then the others; within each, higher priority
+first, then the user with the fewest GPUs in use in the VC (fair share between a VC's
+users: the instantaneous dominant share, GPUs being the one scarce resource), then
+submission order. Borrowers are also ordered by how much their VC already borrows, so
+idle capacity is shared across VCs instead of going to the one with the longest queue.
+
+**Preemption**, always of the cheapest victims (borrowed first, then lowest priority, then
+least progress lost), and never of more jobs than the gang needs:
+- a guaranteed job reclaims borrowed GPUs (no minimum runtime: the quota is the owner's);
+- a job over its VC's quota may preempt its own VC's lower-priority guaranteed jobs that
+  ran at least ``min_runtime_s`` (priority inside a VC);
+- any job may preempt *borrowed* jobs of lower priority that ran at least ``min_runtime_s``.
+Jobs already being preempted count as free GPUs for the job that asked, so a slow stop
+does not add victims cycle after cycle.
+
+**Backfill with a reservation** (EASY): the first job that waits for capacity gets a
+reservation on the nodes that will hold it soonest (running jobs are assumed to end at
+their ``max_runtime_s``; those without one, oldest first, last). GPUs free on those nodes
+now are withheld from every job behind it, except jobs whose own ``max_runtime_s`` ends
+before the reservation's start: smaller jobs go ahead only when they cannot delay it.
+
+**Why pending**: every job left waiting gets one reason from a closed set, its position
+in the order above, and, when the running jobs' limits allow it, an estimated start
+(``estimate.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from services.scheduler.estimate import estimate_starts
+from services.scheduler.model import (
+    ANY_TYPE,
+    Decision,
+    InstancePlacement,
+    NodeCapacity,
+    PendingJob,
+    PendingReason,
+    Plan,
+    Preemption,
+    RunningJob,
+    VirtualCluster,
+    Waiting,
+)
+from services.scheduler.placement import NodeIndex, place_gang
+
+VictimRule = Literal["reclaim", "own_vc", "priority"]
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    # A job runs at least this long before it may be preempted for priority (not for reclaim).
+    min_runtime_s: float = 300.0
+    # Preemption searches per cycle, and candidates looked at per search: each is cheap,
+    # but a long queue of jobs that all need victims must not make one cycle slow.
+    max_victim_searches: int = 32
+    max_victims_examined: int = 256
+
+
+@dataclass
+class _Reservation:
+    job_id: str
+    gpus: dict[str, list[int]]  # withheld free GPUs, by node
+    start_s: float  # when the job is expected to fit (inf: not known)
+
+    def held(self) -> int:
+        return sum(len(gpus) for gpus in self.gpus.values())
+
+
+@dataclass
+class _Candidate:
+    """A running job as a possible victim, with what taking it back would free."""
+
+    job: RunningJob
+    free_already: bool  # being preempted already: its GPUs are coming free anyway
+
+
+@dataclass
+class _Tally:
+    guaranteed: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, type) -> GPUs
+    per_user: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, user) -> GPUs
+    borrowed: dict[str, int] = field(default_factory=dict)  # vc -> GPUs
+
+    def add(self, vc: str, user: str, gpu_type: str, gpus: int, borrowed: bool) -> None:
+        if borrowed:
+            self.borrowed[vc] = self.borrowed.get(vc, 0) + gpus
+        else:
+            self.guaranteed[(vc, gpu_type)] = self.guaranteed.get((vc, gpu_type), 0) + gpus
+        self.per_user[(vc, user)] = self.per_user.get((vc, user), 0) + gpus
+
+
+def plan(
+    pending: Sequence[PendingJob],
+    nodes: Mapping[str, NodeCapacity] | Iterable[NodeCapacity],
+    *,
+    running: Sequence[RunningJob] = (),
+    vcs: Mapping[str, VirtualCluster] | None = None,
+    largest_unready_node: int = 0,
+    settings: PlanSettings | None = None,
+) -> Plan:
+    """Decide one cycle. ``pending`` comes in submission order; ``nodes`` are the ready ones
+    (their ``free_gpus`` are updated to what is left); ``largest_unready_node``: the most
+    GPUs on a registered node that is drained or unreachable."""
+    node_list = list(nodes.values()) if isinstance(nodes, Mapping) else list(nodes)
+    return _Planner(
+        pending, node_list, running, vcs or {}, largest_unready_node, settings or PlanSettings()
+    ).run()
+
+
+def decide(pending: Sequence[PendingJob], nodes: Mapping[str, NodeCapacity]) -> list[Decision]:
+    return plan(pending, nodes).decisions
+
+
+class _Planner:
+    def __init__(
+        self,
+        pending: Sequence[PendingJob],
+        nodes: list[NodeCapacity],
+        running: Sequence[RunningJob],
+        vcs: Mapping[str, VirtualCluster],
+        largest_unready: int,
+        settings: PlanSettings,
+    ) -> None:
+        self.pending = pending
+        self.index = NodeIndex(nodes)
+        self.running = running
+        self.vcs = vcs
+        self.largest_unready = largest_unready
+        self.settings = settings
+        self.result = Plan()
+        self.tally = _Tally()
+        self.running_on: dict[str, list[RunningJob]] = {}  # by GPU type
+        for job in running:
+            self.tally.add(job.vc, job.user, job.gpu_type, job.gpus, job.borrowed)
+            if job.gpus:
+                self.running_on.setdefault(job.gpu_type, []).append(job)
+        # Possible victims, cheapest first: already stopping, borrowed, lowest priority,
+        # least progress lost.
+        self.by_cost = {
+            gpu_type: sorted(
+                jobs, key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id)
+            )
+            for gpu_type, jobs in self.running_on.items()
+        }
+        self.free_at_start = {kind: self.index.free(kind) for kind in self.index.types()}
+        self.claimed: set[str] = set()  # victims promised to a job this cycle
+        self.reservation: _Reservation | None = None
+        self.victim_searches = 0
+        self._order = {job.job_id: n for n, job in enumerate(pending)}
+
+    # --- quota ------------------------------------------------------------------------
+
+    def quota(self, vc: str, gpu_type: str) -> int:
+        cluster = self.vcs.get(vc)
+        return cluster.quota.get(gpu_type, 0) if cluster else 0
+
+    def headroom(self, job: PendingJob, gpu_type: str) -> int:
+        return self.quota(job.vc, gpu_type) - self.tally.guaranteed.get((job.vc, gpu_type), 0)
+
+    def candidate_types(self, job: PendingJob) -> list[str]:
+        return [job.gpu_type] if job.gpu_type is not None else self.index.types()
+
+    def guaranteed_types(self, job: PendingJob) -> list[str]:
+        """Types on which the whole job fits in its VC's remaining quota, most room first."""
+        types = [t for t in self.candidate_types(job) if self.headroom(job, t) >= job.gpus]
+        return sorted(types, key=lambda t: -self.headroom(job, t))
+
+    def has_quota(self, job: PendingJob) -> bool:
+        return any(self.quota(job.vc, t) > 0 for t in self.candidate_types(job))
+
+    # --- the cycle --------------------------------------------------------------------
+
+    def ordered(self) -> list[PendingJob]:
+        def key(job: PendingJob) -> tuple[int, int, int, int, int]:
+            user_gpus = self.tally.per_user.get((job.vc, job.user), 0)
+            if job.gpus == 0 or self.guaranteed_types(job):
+                return (0, 0, -job.priority, user_gpus, self._order[job.job_id])
+            borrowed = self.tally.borrowed.get(job.vc, 0)
+            return (1, borrowed, -job.priority, user_gpus, self._order[job.job_id])
+
+        return sorted(self.pending, key=key)
+
+    def run(self) -> Plan:
+        left: list[tuple[PendingJob, PendingReason, str]] = []
+        for job in self.ordered():
+            reason = self.schedule(job)
+            if reason is not None:
+                left.append((job, *reason))
+        starts = estimate_starts(
+            [(job, reason) for job, reason, _ in left],
+            self.running,
+            {kind: self.index.free(kind) for kind in self.index.types()},
+            self.reservation.job_id if self.reservation else None,
+            self.reservation.start_s if self.reservation else math.inf,
+        )
+        self.result.waiting = [
+            Waiting(job.job_id, reason, detail, position, start)
+            for position, ((job, reason, detail), start) in enumerate(zip(left, starts, strict=True), start=1)
+        ]
+        return self.result
+
+    def schedule(self, job: PendingJob) -> tuple[PendingReason, str] | None:
+        """Place, preempt for, or explain one job; None when it was placed."""
+        cluster = self.vcs.get(job.vc)
+        limit = cluster.max_gpus_per_user if cluster else None
+        in_use = self.tally.per_user.get((job.vc, job.user), 0)
+        if limit is not None and job.gpus and in_use + job.gpus > limit:
+            return "UserLimit", (
+                f"user {job.user} holds {in_use} GPUs in virtual cluster {job.vc}, whose limit per"
+                f" user is {limit}; this job needs {job.gpus} more"
+            )
+        if job.gpus == 0:
+            if self.try_place(job, "", borrowed=False):
+                return None
+            return "InsufficientGPUs", "no ready node to run it on"
+        types = self.candidate_types(job)
+        guaranteed = self.guaranteed_types(job)
+        for gpu_type in guaranteed:
+            if self.try_place(job, gpu_type, borrowed=False):
+                return None
+        for gpu_type in guaranteed:
+            victims = self.find_victims(job, gpu_type, self.candidates(job, gpu_type, "reclaim"))
+            if victims is not None:
+                return self.preempt_for(job, victims, "reclaimed for a job within its VC's quota")
+        if not guaranteed:
+            for gpu_type in types:
+                if self.quota(job.vc, gpu_type) >= job.gpus:
+                    victims = self.find_victims(
+                        job, gpu_type, self.candidates(job, gpu_type, "own_vc"), quota=True
+                    )
+                    if victims is not None:
+                        return self.preempt_for(job, victims, "preempted for a higher-priority job of its VC")
+        for gpu_type in types:
+            if self.try_place(job, gpu_type, borrowed=True):
+                return None
+            if self.reservation is not None and self.fits_before_reservation(job, gpu_type):
+                return None
+        for gpu_type in types:
+            victims = self.find_victims(job, gpu_type, self.candidates(job, gpu_type, "priority"))
+            if victims is not None:
+                return self.preempt_for(job, victims, "preempted for a higher-priority job")
+        return self.explain(job, guaranteed)
+
+    def try_place(self, job: PendingJob, gpu_type: str, *, borrowed: bool) -> bool:
+        placements = place_gang(job, self.index, gpu_type)
+        if placements is None:
+            return False
+        self.commit(job, gpu_type, placements, borrowed)
+        return True
+
+    def commit(
+        self, job: PendingJob, gpu_type: str, placements: list[InstancePlacement], borrowed: bool
+    ) -> None:
+        self.result.decisions.append(Decision(job, placements, borrowed=borrowed and job.gpus > 0))
+        self.tally.add(job.vc, job.user, gpu_type, job.gpus, borrowed and job.gpus > 0)
+
+    # --- backfill ---------------------------------------------------------------------
+
+    def fits_before_reservation(self, job: PendingJob, gpu_type: str) -> bool:
+        """EASY backfill: a job whose limit ends before the reserved job's start may use the
+        reserved GPUs; place it there if it fits."""
+        reservation = self.reservation
+        assert reservation is not None
+        if job.max_runtime_s is None or not math.isfinite(reservation.start_s):
+            return False  # nothing says it would end before the reserved job can start
+        if (
+            job.max_runtime_s > reservation.start_s
+            or self.index.free(gpu_type) + reservation.held() < job.gpus
+        ):
+            return False
+        for node_id, gpus in reservation.gpus.items():
+            self.index.give(node_id, gpus)
+        placed = self.try_place(job, gpu_type, borrowed=True)
+        for node_id, gpus in reservation.gpus.items():
+            still_free = [g for g in gpus if g in self.index.nodes[node_id].free_gpus]
+            self.index.take_exact(node_id, still_free)
+            reservation.gpus[node_id] = still_free
+        return placed
+
+    def reserve(self, job: PendingJob, gpu_type: str) -> None:
+        """Withhold the free GPUs of the nodes that will hold ``job`` soonest."""
+        releases = sorted(
+            (r for r in self.running_on.get(gpu_type, ()) if r.job_id not in self.claimed),
+            key=lambda r: (
+                r.max_runtime_s is None,
+                (r.max_runtime_s - r.runtime_s) if r.max_runtime_s is not None else -r.runtime_s,
+                r.job_id,
+            ),
+        )
+        given: list[tuple[str, tuple[int, ...]]] = []
+        start_s = 0.0
+        placements = None
+        for running in releases:
+            for node_id, gpus in running.slices:
+                if node_id in self.index.nodes:
+                    self.index.give(node_id, gpus)
+                    given.append((node_id, gpus))
+            remaining = (
+                (running.max_runtime_s - running.runtime_s) if running.max_runtime_s is not None else math.inf
+            )
+            start_s = max(start_s, remaining, 0.0)
+            placements = place_gang(job, self.index, gpu_type)
+            if placements is not None:
+                break
+        if placements is not None:
+            for placement in placements:
+                self.index.give(placement.node_id, placement.gpu_indices)
+                self.index.nodes[placement.node_id].load -= 1
+        for node_id, gpus in given:
+            self.index.take_exact(node_id, gpus)
+        if placements is None:
+            return  # it cannot fit even when everything ends (unhealthy nodes): nothing to hold
+        busy = {(node_id, g) for node_id, gpus in given for g in gpus}
+        withheld: dict[str, list[int]] = {}
+        for placement in placements:
+            node_id = placement.node_id
+            now_free = [g for g in placement.gpu_indices if (node_id, g) not in busy]
+            # GPUs of the placement that were free before the what-if are withheld now.
+            if now_free:
+                self.index.take_exact(placement.node_id, now_free)
+                withheld.setdefault(placement.node_id, []).extend(now_free)
+        self.reservation = _Reservation(job.job_id, withheld, start_s)
+
+    # --- preemption -------------------------------------------------------------------
+
+    def candidates(self, job: PendingJob, gpu_type: str, rule: VictimRule) -> Iterator[_Candidate]:
+        """Possible victims for ``job`` on ``gpu_type``, cheapest first, lazily: the running
+        jobs of each type are sorted by cost once per cycle, and a search usually stops
+        after a few. ``reclaim``: borrowed jobs, any priority (a guaranteed job asks);
+        ``own_vc``: also the job's own VC's guaranteed jobs of lower priority;
+        ``priority``: borrowed jobs of lower priority. Jobs already stopping come first,
+        free; priority victims must have run ``min_runtime_s``."""
+        min_runtime = self.settings.min_runtime_s
+        for running in self.by_cost.get(gpu_type, ()):
+            # The order is (stopping, borrowed, priority, ...): once past what the rule can
+            # take, nothing further can be taken either.
+            if not running.preempting and not running.borrowed and rule != "own_vc":
+                return
+            if not running.preempting and rule != "reclaim" and running.priority >= job.priority:
+                if rule == "priority" or not running.borrowed:
+                    return
+                continue  # own_vc: borrowed jobs at this priority are past; its own VC's may follow
+            if running.job_id in self.claimed:
+                continue
+            if running.preempting:
+                yield _Candidate(running, free_already=True)
+            elif running.runtime_s < min_runtime and rule != "reclaim":
+                continue
+            elif running.borrowed or running.vc == job.vc:
+                yield _Candidate(running, free_already=False)
+
+    def find_victims(
+        self, job: PendingJob, gpu_type: str, candidates: Iterator[_Candidate], *, quota: bool = False
+    ) -> list[_Candidate] | None:
+        """The fewest cheapest candidates whose GPUs let ``job`` fit (and, with ``quota``,
+        whose guaranteed GPUs in the job's VC make room for it in the quota); None if none.
+
+        A what-if on the index itself: each candidate's GPUs are given back in turn until
+        the gang fits, then everything is taken again, so the index ends as it began except
+        for the free GPUs the placement will use, which are now held for the job."""
+        if self.victim_searches >= self.settings.max_victim_searches:
+            return None
+        if gpu_type not in self.running_on:
+            return None
+        self.victim_searches += 1
+        gap = job.gpus - self.headroom(job, gpu_type) if quota else 0
+        chosen: list[_Candidate] = []
+        given: list[tuple[str, tuple[int, ...]]] = []
+        freed_quota = 0
+        placements = None
+        for candidate in itertools.islice(candidates, self.settings.max_victims_examined):
+            chosen.append(candidate)
+            for node_id, gpus in candidate.job.slices:
+                if node_id in self.index.nodes and gpus:
+                    self.index.give(node_id, gpus)
+                    given.append((node_id, gpus))
+            if candidate.job.vc == job.vc and not candidate.job.borrowed:
+                freed_quota += candidate.job.gpus
+            if freed_quota >= gap:
+                placements = place_gang(job, self.index, gpu_type)
+                if placements is not None:
+                    break
+        if placements is not None:
+            for placement in placements:
+                if placement.gpu_indices:
+                    self.index.give(placement.node_id, placement.gpu_indices)
+                self.index.nodes[placement.node_id].load -= 1
+        for node_id, gpus in given:
+            self.index.take_exact(node_id, gpus)
+        if placements is None:
+            return None
+        # Keep only the victims the placement uses (and those the quota needs), then hold
+        # the placement's GPUs that are free now for the job.
+        used = {(p.node_id, g) for p in placements for g in p.gpu_indices}
+        needed: list[_Candidate] = []
+        freed_quota = 0
+        for candidate in chosen:
+            own = candidate.job.vc == job.vc and not candidate.job.borrowed
+            touches = any((node, g) in used for node, gpus in candidate.job.slices for g in gpus)
+            if touches or (own and freed_quota < gap):
+                needed.append(candidate)
+                freed_quota += candidate.job.gpus if own else 0
+        victim_gpus = {(node, g) for c in needed for node, gpus in c.job.slices for g in gpus}
+        for placement in placements:
+            held = [g for g in placement.gpu_indices if (placement.node_id, g) not in victim_gpus]
+            if held:
+                self.index.take_exact(placement.node_id, held)
+        return needed
+
+    def preempt_for(self, job: PendingJob, victims: list[_Candidate], why: str) -> tuple[PendingReason, str]:
+        names = []
+        for victim in victims:
+            self.claimed.add(victim.job.job_id)
+            names.append(victim.job.job_id)
+            if not victim.free_already:
+                self.result.preemptions.append(
+                    Preemption(victim.job.job_id, f"{why} ({job.job_id}, VC {job.vc})", job.job_id)
+                )
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        return "WaitingForPreemption", f"GPUs are being freed for it: stopping {shown}"
+
+    # --- why it waits -----------------------------------------------------------------
+
+    def explain(self, job: PendingJob, guaranteed: list[str]) -> tuple[PendingReason, str]:
+        types = [t for t in self.candidate_types(job) if self.index.largest(t)]
+        if not types:
+            kind = f" of type {job.gpu_type}" if job.gpu_type else ""
+            if job.widest <= self.largest_unready:
+                return (
+                    "NodesUnhealthy",
+                    f"no ready node has GPUs{kind}; some nodes are drained or unreachable",
+                )
+            return "GangDoesNotFit", f"no ready node has GPUs{kind}"
+        gpu_type = guaranteed[0] if guaranteed else max(types, key=lambda t: self.index.free(t))
+        reason, detail = why_waiting(
+            job,
+            self.index.free(gpu_type),
+            self.free_at_start.get(gpu_type, 0),
+            self.index.largest(gpu_type) if job.gpu_type else self.index.largest(),
+            self.largest_unready,
+        )
+        if reason in ("GangDoesNotFit", "NodesUnhealthy"):
+            return reason, detail
+        if not guaranteed and self.has_quota(job):
+            used = self.tally.guaranteed.get((job.vc, gpu_type), 0)
+            return "WaitingForQuota", (
+                f"virtual cluster {job.vc} uses {used} of its {self.quota(job.vc, gpu_type)} guaranteed"
+                f" {gpu_type or 'GPUs'}; this job needs {job.gpus} and no idle GPUs can be borrowed"
+                f" ({detail})"
+            )
+        if self.reservation is None:
+            self.reserve(job, gpu_type)
+        elif reason != "Priority" and self.index.free(gpu_type) + self.reservation.held() >= job.gpus:
+            return "Priority", (
+                f"GPUs it could use are reserved for {self.reservation.job_id}, ahead of it in the queue"
+            )
+        return reason, detail
+
+
+def why_waiting(
+    job: PendingJob, free_now: int, free_at_start: int, largest_ready: int, largest_unready: int
+) -> tuple[PendingReason, str]:
+    """The one capacity reason a job that did not fit waits, and a sentence that says it."""
+    need = job.gpus
+    widest = job.widest
+    if widest > largest_ready or (job.topology == "single_node" and need > largest_ready):
+        wants = need if job.topology == "single_node" and need > largest_ready else widest
+        what = "the job needs" if wants == need and job.topology == "single_node" else "a task needs"
+        if wants <= largest_unready:
+            return "NodesUnhealthy", (
+                f"{what} {wants} GPUs on one node; only nodes that are drained or unreachable"
+                f" have that many (the largest ready node has {largest_ready})"
+            )
+        return (
+            "GangDoesNotFit",
+            f"{what} {wants} GPUs on one node; the largest ready node has {largest_ready}",
+        )
+    if need > free_now:
+        if need <= free_at_start:
+            return (
+                "Priority",
+                f"needs {need} GPUs; jobs ahead of it in the queue took them ({free_now} left free)",
+            )
+        return "InsufficientGPUs", f"needs {need} GPUs; {free_now} are free on ready nodes"
+    shape = " + ".join(f"{t.instances}x{t.gpus}" for t in job.tasks if t.gpus)
+    return "Fragmented", (
+        f"needs {need} GPUs as {shape} and {free_now} are free, but spread so that the gang does not"
+        f" fit (a task needs {widest} on one node)"
+    )
+
+
+__all__ = ["ANY_TYPE", "PlanSettings", "decide", "plan", "why_waiting"]

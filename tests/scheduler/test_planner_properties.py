@@ -1,0 +1,153 @@
+"""Properties of the live policy over random clusters, VCs, running and pending jobs.
+
+One cycle each: no GPU is given twice (nor one a running job holds), gangs are whole,
+guaranteed usage never exceeds a quota, preemption only hits borrowed or lower-priority
+jobs, and every pending job is either placed or has exactly one reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.scheduler.model import NodeCapacity, PendingJob, RunningJob, TaskDemand, VirtualCluster
+from services.scheduler.planner import PlanSettings, plan
+
+TYPES = ("H100", "A100")
+VC_NAMES = ("a", "b", "c")
+
+
+@dataclass
+class Scenario:
+    nodes: list[NodeCapacity]
+    running: list[RunningJob]
+    pending: list[PendingJob]
+    vcs: dict[str, VirtualCluster]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    sizes = draw(
+        st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from(TYPES)), min_size=1, max_size=5)
+    )
+    free = {f"n{i}": list(range(size)) for i, (size, _) in enumerate(sizes)}
+    kind = {f"n{i}": gpu_type for i, (_, gpu_type) in enumerate(sizes)}
+    vcs = {
+        name: VirtualCluster(
+            name,
+            {t: draw(st.integers(0, 12)) for t in TYPES},
+            draw(st.one_of(st.none(), st.integers(1, 16))),
+        )
+        for name in VC_NAMES
+    }
+    running: list[RunningJob] = []
+    used: dict[tuple[str, str], int] = {}
+    for n in range(draw(st.integers(0, 6))):
+        node_id = draw(st.sampled_from(sorted(free)))
+        if not free[node_id]:
+            continue
+        count = draw(st.integers(1, len(free[node_id])))
+        gpus, free[node_id] = tuple(free[node_id][:count]), free[node_id][count:]
+        vc = draw(st.sampled_from(VC_NAMES))
+        # Guaranteed only while the VC's quota allows it, as the planner would have placed it.
+        within = used.get((vc, kind[node_id]), 0) + count <= vcs[vc].quota[kind[node_id]]
+        borrowed = draw(st.booleans()) or not within
+        if not borrowed:
+            used[(vc, kind[node_id])] = used.get((vc, kind[node_id]), 0) + count
+        running.append(
+            RunningJob(
+                f"r{n}",
+                vc=vc,
+                user=draw(st.sampled_from("xy")),
+                priority=draw(st.integers(-2, 2)),
+                gpu_type=kind[node_id],
+                slices=((node_id, gpus),),
+                borrowed=borrowed,
+                runtime_s=draw(st.sampled_from([1.0, 1000.0])),
+                max_runtime_s=draw(st.sampled_from([None, 100.0, 5000.0])),
+                preempting=draw(st.booleans()),
+            )
+        )
+    pending = [
+        PendingJob(
+            f"p{n}",
+            1,
+            priority=draw(st.integers(-2, 2)),
+            tasks=tuple(
+                TaskDemand(f"t{k}", draw(st.integers(1, 3)), draw(st.sampled_from([0, 1, 2, 4, 8])))
+                for k in range(draw(st.integers(1, 2)))
+            ),
+            vc=draw(st.sampled_from(VC_NAMES)),
+            user=draw(st.sampled_from("xy")),
+            gpu_type=draw(st.sampled_from([None, *TYPES])),
+            topology=draw(st.sampled_from(["pack", "pack", "single_node", "one_per_node"])),
+            max_runtime_s=draw(st.sampled_from([None, 50.0, 500.0])),
+        )
+        for n in range(draw(st.integers(1, 10)))
+    ]
+    nodes = [
+        NodeCapacity(node_id, list(gpus), total_gpus=sizes[i][0], gpu_type=kind[node_id])
+        for i, (node_id, gpus) in enumerate(free.items())
+    ]
+    return Scenario(nodes, running, pending, vcs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenario=scenarios())
+def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> None:
+    kind = {n.node_id: n.gpu_type for n in scenario.nodes}
+    free_before = {(n.node_id, g) for n in scenario.nodes for g in n.free_gpus}
+    result = plan(
+        scenario.pending,
+        scenario.nodes,
+        running=scenario.running,
+        vcs=scenario.vcs,
+        settings=PlanSettings(min_runtime_s=100),
+    )
+    taken: set[tuple[str, int]] = set()
+    guaranteed: dict[tuple[str, str], int] = {}
+    for r in scenario.running:
+        if not r.borrowed:
+            guaranteed[(r.vc, r.gpu_type)] = guaranteed.get((r.vc, r.gpu_type), 0) + r.gpus
+    for decision in result.decisions:
+        job = decision.job
+        assert len(decision.placements) == sum(t.instances for t in job.tasks), "a gang is placed whole"
+        types = set()
+        for placement in decision.placements:
+            [task] = [t for t in job.tasks if t.role == placement.role]
+            assert len(placement.gpu_indices) == task.gpus
+            for gpu in placement.gpu_indices:
+                assert (placement.node_id, gpu) in free_before, "a GPU in use (or not ready) was given"
+                assert (placement.node_id, gpu) not in taken, "a GPU was given twice"
+                taken.add((placement.node_id, gpu))
+                types.add(kind[placement.node_id])
+        assert len(types) <= 1, "a job runs on one GPU type"
+        if job.gpu_type and types:
+            assert types == {job.gpu_type}
+        nodes_used = [p.node_id for p in decision.placements]
+        if job.topology == "single_node":
+            assert len(set(nodes_used)) == 1
+        if job.topology == "one_per_node":
+            assert len(set(nodes_used)) == len(nodes_used)
+        if types and not decision.borrowed:
+            key = (job.vc, types.pop())
+            guaranteed[key] = guaranteed.get(key, 0) + job.gpus
+    for (vc, gpu_type), gpus in guaranteed.items():
+        assert gpus <= scenario.vcs[vc].quota[gpu_type], f"VC {vc} holds {gpus} guaranteed {gpu_type}"
+    by_id = {r.job_id: r for r in scenario.running}
+    asking = {p.job_id: p for p in scenario.pending}
+    for preemption in result.preemptions:
+        victim, job = by_id[preemption.job_id], asking[preemption.for_job]
+        assert not victim.preempting, "asked twice"
+        assert victim.borrowed or (victim.priority < job.priority and victim.vc == job.vc), (
+            f"{victim} preempted for {job}"
+        )
+        if not victim.borrowed:
+            assert victim.runtime_s >= 100, "a guaranteed job ran its minimum before priority took it"
+        assert preemption.for_job not in {d.job.job_id for d in result.decisions}
+    placed = [d.job.job_id for d in result.decisions]
+    waiting = [w.job_id for w in result.waiting]
+    assert sorted(placed + waiting) == sorted(asking), "every pending job is placed or has one reason"
+    assert [w.position for w in result.waiting] == list(range(1, len(waiting) + 1))
