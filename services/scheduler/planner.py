@@ -153,19 +153,26 @@ class _Planner:
             self.tally.add(job.vc, job.user, job.gpu_type, job.gpus, job.borrowed)
             if job.gpus:
                 self.running_on.setdefault(job.gpu_type, []).append(job)
-        # Possible victims, cheapest first: already stopping, borrowed, lowest priority,
-        # least progress lost.
-        self.by_cost = {
-            gpu_type: sorted(
-                jobs, key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id)
-            )
-            for gpu_type, jobs in self.running_on.items()
-        }
+        self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
+        # Gang shapes that found no place and no victims this cycle: the same shape cannot
+        # fare better later in the cycle (GPUs are only taken, searches only used up),
+        # so the next job of that shape goes straight to its reason.
+        self.hopeless: set[tuple[object, ...]] = set()
         self.free_at_start = {kind: self.index.free(kind) for kind in self.index.types()}
         self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.reservation: _Reservation | None = None
         self.victim_searches = 0
         self._order = {job.job_id: n for n, job in enumerate(pending)}
+
+    def by_cost(self, gpu_type: str) -> list[RunningJob]:
+        """Running jobs of a type as possible victims, cheapest first: already stopping,
+        borrowed, lowest priority, least progress lost."""
+        if gpu_type not in self._by_cost:
+            self._by_cost[gpu_type] = sorted(
+                self.running_on.get(gpu_type, ()),
+                key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id),
+            )
+        return self._by_cost[gpu_type]
 
     # --- quota ------------------------------------------------------------------------
 
@@ -192,7 +199,7 @@ class _Planner:
     def ordered(self) -> list[PendingJob]:
         def key(job: PendingJob) -> tuple[int, int, int, int, int]:
             user_gpus = self.tally.per_user.get((job.vc, job.user), 0)
-            if job.gpus == 0 or self.guaranteed_types(job):
+            if job.gpus == 0 or any(self.headroom(job, t) >= job.gpus for t in self.candidate_types(job)):
                 return (0, 0, -job.priority, user_gpus, self._order[job.job_id])
             borrowed = self.tally.borrowed.get(job.vc, 0)
             return (1, borrowed, -job.priority, user_gpus, self._order[job.job_id])
@@ -234,6 +241,29 @@ class _Planner:
             return "InsufficientGPUs", "no ready node to run it on"
         types = self.candidate_types(job)
         guaranteed = self.guaranteed_types(job)
+        shape = self.shape_of(job, bool(guaranteed))
+        if shape in self.hopeless:
+            return self.explain(job, guaranteed)
+        reason = self.place_or_preempt(job, types, guaranteed)
+        if reason is None or reason[0] == "WaitingForPreemption":
+            return reason
+        self.hopeless.add(shape)
+        return reason
+
+    def shape_of(self, job: PendingJob, guaranteed: bool) -> tuple[object, ...]:
+        """What decides whether a job can be placed or preempt for: two jobs of one shape
+        fare alike in a cycle (the user matters only for the per-user limit, checked first)."""
+        reservation = self.reservation
+        backfill = (
+            reservation is not None
+            and job.max_runtime_s is not None
+            and job.max_runtime_s <= reservation.start_s
+        )
+        return (job.vc, job.tasks, job.gpu_type, job.topology, job.priority, guaranteed, backfill)
+
+    def place_or_preempt(
+        self, job: PendingJob, types: list[str], guaranteed: list[str]
+    ) -> tuple[PendingReason, str] | None:
         for gpu_type in guaranteed:
             if self.try_place(job, gpu_type, borrowed=False):
                 return None
@@ -350,7 +380,7 @@ class _Planner:
         ``priority``: borrowed jobs of lower priority. Jobs already stopping come first,
         free; priority victims must have run ``min_runtime_s``."""
         min_runtime = self.settings.min_runtime_s
-        for running in self.by_cost.get(gpu_type, ()):
+        for running in self.by_cost(gpu_type):
             # The order is (stopping, borrowed, priority, ...): once past what the rule can
             # take, nothing further can be taken either.
             if not running.preempting and not running.borrowed and rule != "own_vc":

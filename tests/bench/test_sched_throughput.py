@@ -1,0 +1,27 @@
+"""The scheduler throughput benchmark: a small run places every job, keeps its JSON contract."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.sched_throughput import main, run
+
+
+def test_a_small_run_places_every_job_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", "20", "--jobs", "300"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert {"placements_per_s", "cycle_p50_ms", "cycle_p99_ms", "peak_rss_mb"} <= set(result)
+    # Every job is placed once, plus once more per preemption (it returns to the queue).
+    assert result["placements"] == 300 + result["preemptions"]
+    assert result["placements_per_s"] > 0
+
+
+def test_the_same_seed_gives_the_same_schedule() -> None:
+    first, second = run(10, 8, 100, seed=7), run(10, 8, 100, seed=7)
+    assert (first["placements"], first["preemptions"], first["cycles"]) == (
+        second["placements"],
+        second["preemptions"],
+        second["cycles"],
+    )
