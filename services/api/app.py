@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from services.api.auth import TokenCache, bootstrap_admin
+from services.api.deps import AskScheduler
 from services.api.problems import install_problem_handlers, problem
 from services.api.repository import ApiRepository
 from services.api.routes_alert_rules import router as alert_rules_router
@@ -24,6 +25,7 @@ from services.api.routes_services import router as services_router
 from services.api.routes_silences import router as silences_router
 from services.api.routes_vcs import router as vcs_router
 from services.api.settings import Settings
+from shared.dry_run import DRY_RUN_SUBJECT
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
 
 
@@ -47,7 +49,11 @@ class BodySizeLimit(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastAPI:
+def create_app(
+    repo: ApiRepository, health: Health, settings: Settings, ask_scheduler: AskScheduler | None = None
+) -> FastAPI:
+    """``ask_scheduler`` sends a dry-run question to the scheduler and returns its answer
+    (core NATS request/reply in the service; without it, dry runs answer 503)."""
     app = FastAPI(
         title="Corral API",
         version="1",
@@ -55,6 +61,7 @@ def create_app(repo: ApiRepository, health: Health, settings: Settings) -> FastA
     )
     app.state.repo = repo
     app.state.token_cache = TokenCache()
+    app.state.ask_scheduler = ask_scheduler
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)
     app.include_router(jobs_router)
@@ -87,7 +94,12 @@ async def serve(settings: Settings) -> None:
 async def run_api(res: ServiceResources, settings: Settings) -> None:
     repo = ApiRepository(res.db)
     await bootstrap_admin(repo, settings.admin_token_path)
-    app = create_app(repo, res.health, settings)
+    timeout_s = settings.api.dry_run_timeout_s
+
+    async def ask_scheduler(question: bytes) -> bytes:
+        return await res.bus.request(DRY_RUN_SUBJECT, question, timeout_s)
+
+    app = create_app(repo, res.health, settings, ask_scheduler)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(res.relay.run(), name="outbox-relay")
         tg.create_task(res.liveness.run(), name="liveness")

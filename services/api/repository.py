@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from services.api.admission import ClusterShape, ShapeCache, check_can_ever_run
-from shared.db.pool import Database
+from shared.db.pool import Connection, Database
 from shared.db.queries import Queries
 from shared.errors import Conflict, InvalidInput, NotFound
 from shared.events import (
@@ -56,11 +56,7 @@ class ApiRepository:
         check_can_ever_run(spec, await self.shapes.get())
         job_id: JobId = new_job_id()
         async with self.db.transaction() as conn:
-            if await conn.fetchval(SQL.vc_for_submit, spec.virtual_cluster) is None:
-                raise InvalidInput(
-                    f"virtual cluster {spec.virtual_cluster!r} does not exist; `corral vcs` (GET"
-                    " /api/v1/virtual-clusters) lists those you can submit to"
-                )
+            await self._check_vc(conn, spec)
             row = await conn.fetchrow(
                 SQL.insert_job,
                 job_id,
@@ -85,6 +81,20 @@ class ApiRepository:
             await append(conn, event, aggregate=job_id)
         assert row is not None
         return dict(row)
+
+    async def check_submittable(self, spec: JobSpec) -> None:
+        """The checks of a submit, storing nothing (for dry runs)."""
+        check_can_ever_run(spec, await self.shapes.get())
+        async with self.db.transaction() as conn:
+            await self._check_vc(conn, spec)
+
+    @staticmethod
+    async def _check_vc(conn: Connection, spec: JobSpec) -> None:
+        if await conn.fetchval(SQL.vc_for_submit, spec.virtual_cluster) is None:
+            raise InvalidInput(
+                f"virtual cluster {spec.virtual_cluster!r} does not exist; `corral vcs` (GET"
+                " /api/v1/virtual-clusters) lists those you can submit to"
+            )
 
     async def cancel_job(self, job_id: str, requested_by: str, may_cancel: Callable[[str], bool]) -> None:
         """Cancel at once if PENDING; otherwise ask the launcher to stop the tasks.

@@ -11,11 +11,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from services.api.auth import AuthenticatedPrincipal, Principal
-from services.api.deps import repository
+from services.api.deps import ask_scheduler, repository
 from services.api.logs import follow_log
 from services.api.repository import ApiRepository
-from services.api.views import JobList, JobView
-from shared.errors import Forbidden, NotFound
+from services.api.views import DryRunView, JobList, JobView
+from shared.dry_run import DryRunAnswer, DryRunRequest
+from shared.errors import Forbidden, NotFound, TransientError
 from shared.jobs import JobSpec, JobState
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -38,6 +39,21 @@ async def submit_job(spec: JobSpec, request: Request, principal: AuthenticatedPr
         raise Forbidden("this token may not submit jobs")
     job = await repository(request).submit_job(spec, principal.username)
     return JobView.from_rows(job, [])
+
+
+@router.post("/dry-run", operation_id="dryRunJob", response_model=DryRunView)
+async def dry_run(spec: JobSpec, request: Request, principal: AuthenticatedPrincipal) -> DryRunView:
+    """Where would this job go, and when? The scheduler's answer as if it were submitted now,
+    with nothing stored: its placement, or why it would wait, its position and estimated
+    start. A job that can never run gets the 422 a submit would get."""
+    if principal.role not in ("admin", "user"):
+        raise Forbidden("this token may not submit jobs")
+    await repository(request).check_submittable(spec)
+    question = DryRunRequest(spec=spec, user=principal.username).model_dump_json().encode()
+    answer = DryRunAnswer.model_validate_json(await ask_scheduler(request, question))
+    if answer.error:
+        raise TransientError(f"the scheduler could not answer: {answer.error}")
+    return DryRunView.from_answer(answer)
 
 
 @router.get("", operation_id="listJobs", response_model=JobList)

@@ -18,6 +18,8 @@ class ApiSettings(BaseSettings):
     # Where the bootstrap admin token is kept; default $CORRAL_HOME/admin-token.
     admin_token_file: Path | None = None
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # How long a dry run waits for the scheduler's answer before a 503.
+    dry_run_timeout_s: float = Field(default=5.0, gt=0, le=60)
 
 
 class Settings(BaseSettings):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from shared.dry_run import DryRunAnswer
 from shared.jobs import JobSpec, JobState
 
 
@@ -101,3 +102,17 @@ class JobView(BaseModel):
 
 class JobList(BaseModel):
     items: list[JobView]
+
+
+class DryRunView(DryRunAnswer):
+    """``POST /api/v1/jobs/dry-run``: the scheduler's answer, with the estimate as a time."""
+
+    estimated_start: datetime | None = Field(
+        default=None, description="when it is expected to start; null when nothing says"
+    )
+
+    @classmethod
+    def from_answer(cls, answer: DryRunAnswer) -> DryRunView:
+        start = answer.estimated_start_s
+        when = None if start is None else datetime.now(UTC) + timedelta(seconds=start)
+        return cls(**answer.model_dump(exclude={"error"}), estimated_start=when)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from services.scheduler.cycle import Cycle
+from services.scheduler.dry_run import answer_dry_run
 from services.scheduler.handlers import JOB_EVENTS, NODE_EVENTS, wake_cycle
 from services.scheduler.leader import Leadership
 from services.scheduler.planner import PlanSettings
 from services.scheduler.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
+from shared.dry_run import DRY_RUN_QUEUE, DRY_RUN_SUBJECT
 from shared.service import run_service, service_resources
 
 
@@ -22,6 +25,10 @@ async def serve(settings: Settings) -> None:
             res.start_common_tasks(tg)
             tg.create_task(leadership.run(), name="leadership")
             tg.create_task(cycle.run(), name="cycle")
+            tg.create_task(
+                res.bus.answer(DRY_RUN_SUBJECT, DRY_RUN_QUEUE, partial(answer_dry_run, res.db, policy)),
+                name="dry-run",
+            )
             for config in (JOB_EVENTS, NODE_EVENTS):
                 spec = ConsumerSpec(config, wake_cycle(cycle))
                 tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=config.durable)

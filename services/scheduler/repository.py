@@ -39,8 +39,12 @@ class Snapshot:
     largest_unready_node: int  # GPUs on the biggest registered node that is not ready
 
 
-async def load_snapshot(conn: Connection, max_pending: int) -> Snapshot:
-    await conn.execute(SQL.release_finished_allocations)
+async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = True) -> Snapshot:
+    """Everything a cycle decides on. ``release`` first frees the GPUs of jobs that ended
+    (the cycle does; a dry run, which writes nothing, does not — so it reads such GPUs as
+    still held: one cycle's lag at most)."""
+    if release:
+        await conn.execute(SQL.release_finished_allocations)
     allocations = await conn.fetch(SQL.live_allocations)
     used: dict[str, set[int]] = {}
     for row in allocations:

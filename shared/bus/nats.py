@@ -9,8 +9,9 @@ restart pauses the bus instead of killing the service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import nats
 import nats.errors
@@ -209,6 +210,30 @@ class NatsBus:
             await asyncio.Event().wait()
         finally:
             await listener.close()
+
+    async def request(self, subject: str, payload: bytes, timeout_s: float) -> bytes:
+        """Ask whoever answers ``subject`` (core NATS request/reply) and return the answer.
+        Raises ``TimeoutError`` when nobody answers in time (nobody listening included)."""
+        try:
+            reply = await self.nc.request(subject, payload, timeout=timeout_s)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise TimeoutError(f"no answer on {subject} in {timeout_s} s") from exc
+        return reply.data
+
+    async def answer(self, subject: str, queue: str, handle: Callable[[bytes], Awaitable[bytes]]) -> None:
+        """Answer every request on ``subject`` with ``handle``'s bytes, sharing requests with
+        the other members of ``queue``; runs until cancelled. For questions, not events:
+        a request nobody answers times out at the asker, nothing is redelivered."""
+
+        async def reply(msg: Msg) -> None:
+            await msg.respond(await handle(msg.data))
+
+        subscription = await self.nc.subscribe(subject, queue=queue, cb=reply)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            with contextlib.suppress(Exception):  # the connection may be closing already
+                await subscription.unsubscribe()
 
     async def close(self) -> None:
         # close, not drain: publishes were already acknowledged one by one, and an

@@ -191,3 +191,15 @@ async def test_openapi_has_stable_operation_ids(client: httpx.AsyncClient) -> No
     spec = (await client.get("/openapi.json")).json()
     operations = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
     assert {"submitJob", "getJob", "listJobs", "getJobLogs"} <= operations
+
+
+async def test_a_dry_run_nobody_answers_is_a_503_that_says_so(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    spec = {"name": "probe", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 1}}]}
+    response = await client.post("/api/v1/jobs/dry-run", json=spec)
+    assert response.status_code == 503
+    assert response.json()["detail"] == (
+        "this API serves no scheduler questions (no message bus); try again later"
+    )
+    assert await db.fetchval("SELECT count(*) FROM api.jobs") == 0

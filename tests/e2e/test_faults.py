@@ -12,8 +12,10 @@ import uuid
 from pathlib import Path
 
 import asyncpg
+import nats.js.errors
 
 from shared.bus.nats import NatsBus
+from shared.bus.streams import JOBS
 from shared.settings import NatsSettings
 from tests.e2e.stack import HOLD, Stack, submit, wait_state
 
@@ -122,6 +124,14 @@ async def test_a_poison_message_is_dead_lettered_and_work_goes_on(
 ) -> None:
     bus = await NatsBus.connect(NatsSettings(url=nats_url))
     try:
+        # The scheduler's consumer takes only messages newer than itself: wait until it
+        # exists (the stack is "ready" once the API answers, which can be sooner).
+        for _ in range(100):
+            try:
+                await bus.js.consumer_info(JOBS.name, "scheduler-jobs")
+                break
+            except nats.js.errors.NotFoundError:
+                await asyncio.sleep(0.1)
         await bus.publish(
             "corral.job.submitted.junk", b'{"type": "corral.job.submitted.v1", "oops": 1}', msg_id="p1"
         )
@@ -133,7 +143,11 @@ async def test_a_poison_message_is_dead_lettered_and_work_goes_on(
     assert job["state"] == "SUCCEEDED"
     conn = await asyncpg.connect(database_url)
     try:
-        rows = await conn.fetch("SELECT consumer, subject, reason FROM corral.dead_letters")
+        for _ in range(100):  # the scheduler's periodic cycle may place the job first
+            rows = await conn.fetch("SELECT consumer, subject, reason FROM corral.dead_letters")
+            if rows:
+                break
+            await asyncio.sleep(0.1)
     finally:
         await conn.close()
     assert {row["consumer"] for row in rows} == {"scheduler-jobs"}

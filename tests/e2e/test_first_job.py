@@ -126,7 +126,28 @@ async def test_jobs_queue_when_gpus_are_busy_and_run_when_they_free_up(stack: St
         assert detail == "  needs 4 GPUs; 2 are free on ready nodes"
         assert place.startswith("  position 1 in the queue; this reason since ")
         assert expected == "  no start estimate (the jobs it waits for set no max_runtime_s)"
+        # Dry runs: where would a job go, and when? Nothing is stored.
+        jobs_before = len((await http.get("/api/v1/jobs")).json()["items"])
+        small = await http.post("/api/v1/jobs/dry-run", json=_one_task(2))
+        assert small.status_code == 200, small.text
+        fits = small.json()
+        assert (fits["placeable_now"], fits["reason"], fits["borrowed"]) == (True, None, True)
+        assert [len(p["gpu_indices"]) for p in fits["placements"]] == [2]
+        queued = (await http.post("/api/v1/jobs/dry-run", json=_one_task(4))).json()
+        assert (queued["placeable_now"], queued["reason"], queued["position"]) == (
+            False,
+            "InsufficientGPUs",
+            2,
+        )
+        assert queued["pending_jobs"] == 1
+        never = await http.post("/api/v1/jobs/dry-run", json=_one_task(16))
+        assert never.status_code == 422
+        assert len((await http.get("/api/v1/jobs")).json()["items"]) == jobs_before
         stack.release(big)
         await wait_state(http, big, {"SUCCEEDED"})
         done = await wait_state(http, waiting, {"SUCCEEDED"})
     assert len(done["attempts"][0]["gpu_indices"]) == 4
+
+
+def _one_task(gpus: int) -> dict[str, object]:
+    return {"name": "probe", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": gpus}}]}
