@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
@@ -18,16 +18,19 @@ def free_port() -> int:
         return port
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: all are held open while they are chosen, so two
-    calls of ``free_port`` cannot hand the same one to two services."""
+def free_ports(count: int, exclude: Collection[int] = ()) -> list[int]:
+    """``count`` distinct free ports, none of ``exclude`` (ports promised elsewhere but not
+    bound yet, such as the API's): all are held open while they are chosen, so two calls
+    of ``free_port`` cannot hand the same one to two services."""
     with ExitStack() as stack:
-        sockets = [
-            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)
-        ]
-        for sock in sockets:
+        chosen: list[int] = []
+        while len(chosen) < count:
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+            port = int(sock.getsockname()[1])
+            if port not in exclude:  # an excluded one stays held, so it is not offered again
+                chosen.append(port)
+        return chosen
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

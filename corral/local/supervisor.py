@@ -181,7 +181,9 @@ class Supervisor:
         run_dir.mkdir(parents=True, exist_ok=True)
         service_logs.mkdir(parents=True, exist_ok=True)
         ports = {}
-        health_ports = iter(free_ports(len(SERVICES)))  # distinct: one each
+        # Distinct, one each, and never the API's port (chosen by whoever started us, it
+        # is free until the API binds it, so the OS could offer it here too).
+        health_ports = iter(free_ports(len(SERVICES), exclude={self.config.api_port}))
         for name, module in SERVICES:
             if name not in self.config.services:
                 continue
