@@ -282,7 +282,8 @@ class _Planner:
         for gpu_type in types:
             if self.try_place(job, gpu_type, borrowed=True):
                 return None
-            if self.reservation is not None and self.fits_before_reservation(job, gpu_type):
+            backfill = self.reservation is not None
+            if backfill and self.fits_before_reservation(job, gpu_type, borrowed=gpu_type not in guaranteed):
                 return None
         for gpu_type in types:
             victims = self.find_victims(job, gpu_type, self.candidates(job, gpu_type, "priority"))
@@ -305,7 +306,7 @@ class _Planner:
 
     # --- backfill ---------------------------------------------------------------------
 
-    def fits_before_reservation(self, job: PendingJob, gpu_type: str) -> bool:
+    def fits_before_reservation(self, job: PendingJob, gpu_type: str, *, borrowed: bool) -> bool:
         """EASY backfill: a job whose limit ends before the reserved job's start may use the
         reserved GPUs; place it there if it fits."""
         reservation = self.reservation
@@ -319,7 +320,7 @@ class _Planner:
             return False
         for node_id, gpus in reservation.gpus.items():
             self.index.give(node_id, gpus)
-        placed = self.try_place(job, gpu_type, borrowed=True)
+        placed = self.try_place(job, gpu_type, borrowed=borrowed)
         for node_id, gpus in reservation.gpus.items():
             still_free = [g for g in gpus if g in self.index.nodes[node_id].free_gpus]
             self.index.take_exact(node_id, still_free)

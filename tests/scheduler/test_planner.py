@@ -182,3 +182,18 @@ def test_estimated_start_from_the_running_jobs_limits() -> None:
         running=[running("r", "n0", 8, max_runtime_s=100, runtime_s=40)],
     )
     assert [w.estimated_start_s for w in result.waiting] == [60.0, None, None]
+
+
+def test_a_guaranteed_job_backfilled_into_a_reservation_stays_guaranteed() -> None:
+    vcs = {"a": VirtualCluster("a", {"H100": 32})}  # room in the quota for both
+    busy = [
+        running("r0", "n0", 8, vc="a", max_runtime_s=100),
+        running("r1", "n1", 4, vc="a", max_runtime_s=200),
+    ]
+    result = plan(
+        [job("big", 8, instances=2, vc="a"), job("short", 4, vc="a", max_runtime_s=150)],
+        [node("n0", 0), node("n1", 4)],
+        running=busy,
+        vcs=vcs,
+    )
+    assert [(d.job.job_id, d.borrowed) for d in result.decisions] == [("short", False)]
