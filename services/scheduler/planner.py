@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from services.scheduler.estimate import estimate_starts
@@ -62,6 +62,8 @@ from services.scheduler.model import (
     Waiting,
 )
 from services.scheduler.placement import NodeIndex, place_gang
+from services.scheduler.reasons import why_waiting
+from services.scheduler.tally import Tally
 
 VictimRule = Literal["reclaim", "own_vc", "priority"]
 
@@ -92,20 +94,6 @@ class _Candidate:
 
     job: RunningJob
     free_already: bool  # being preempted already: its GPUs are coming free anyway
-
-
-@dataclass
-class _Tally:
-    guaranteed: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, type) -> GPUs
-    per_user: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, user) -> GPUs
-    borrowed: dict[str, int] = field(default_factory=dict)  # vc -> GPUs
-
-    def add(self, vc: str, user: str, gpu_type: str, gpus: int, borrowed: bool) -> None:
-        if borrowed:
-            self.borrowed[vc] = self.borrowed.get(vc, 0) + gpus
-        else:
-            self.guaranteed[(vc, gpu_type)] = self.guaranteed.get((vc, gpu_type), 0) + gpus
-        self.per_user[(vc, user)] = self.per_user.get((vc, user), 0) + gpus
 
 
 def plan(
@@ -147,7 +135,7 @@ class _Planner:
         self.largest_unready = largest_unready
         self.settings = settings
         self.result = Plan()
-        self.tally = _Tally()
+        self.tally = Tally()
         self.running_on: dict[str, list[RunningJob]] = {}  # by GPU type
         for job in running:
             self.tally.add(job.vc, job.user, job.gpu_type, job.gpus, job.borrowed)
@@ -505,38 +493,6 @@ class _Planner:
                 f"GPUs it could use are reserved for {self.reservation.job_id}, ahead of it in the queue"
             )
         return reason, detail
-
-
-def why_waiting(
-    job: PendingJob, free_now: int, free_at_start: int, largest_ready: int, largest_unready: int
-) -> tuple[PendingReason, str]:
-    """The one capacity reason a job that did not fit waits, and a sentence that says it."""
-    need = job.gpus
-    widest = job.widest
-    if widest > largest_ready or (job.topology == "single_node" and need > largest_ready):
-        wants = need if job.topology == "single_node" and need > largest_ready else widest
-        what = "the job needs" if wants == need and job.topology == "single_node" else "a task needs"
-        if wants <= largest_unready:
-            return "NodesUnhealthy", (
-                f"{what} {wants} GPUs on one node; only nodes that are drained or unreachable"
-                f" have that many (the largest ready node has {largest_ready})"
-            )
-        return (
-            "GangDoesNotFit",
-            f"{what} {wants} GPUs on one node; the largest ready node has {largest_ready}",
-        )
-    if need > free_now:
-        if need <= free_at_start:
-            return (
-                "Priority",
-                f"needs {need} GPUs; jobs ahead of it in the queue took them ({free_now} left free)",
-            )
-        return "InsufficientGPUs", f"needs {need} GPUs; {free_now} are free on ready nodes"
-    shape = " + ".join(f"{t.instances}x{t.gpus}" for t in job.tasks if t.gpus)
-    return "Fragmented", (
-        f"needs {need} GPUs as {shape} and {free_now} are free, but spread so that the gang does not"
-        f" fit (a task needs {widest} on one node)"
-    )
 
 
 __all__ = ["ANY_TYPE", "PlanSettings", "decide", "plan", "why_waiting"]

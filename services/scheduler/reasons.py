@@ -1,0 +1,37 @@
+"""The capacity reasons a job that did not fit waits for, as a sentence a user can act on."""
+
+from __future__ import annotations
+
+from services.scheduler.model import PendingJob, PendingReason
+
+
+def why_waiting(
+    job: PendingJob, free_now: int, free_at_start: int, largest_ready: int, largest_unready: int
+) -> tuple[PendingReason, str]:
+    """The one capacity reason a job that did not fit waits, and a sentence that says it."""
+    need = job.gpus
+    widest = job.widest
+    if widest > largest_ready or (job.topology == "single_node" and need > largest_ready):
+        wants = need if job.topology == "single_node" and need > largest_ready else widest
+        what = "the job needs" if wants == need and job.topology == "single_node" else "a task needs"
+        if wants <= largest_unready:
+            return "NodesUnhealthy", (
+                f"{what} {wants} GPUs on one node; only nodes that are drained or unreachable"
+                f" have that many (the largest ready node has {largest_ready})"
+            )
+        return (
+            "GangDoesNotFit",
+            f"{what} {wants} GPUs on one node; the largest ready node has {largest_ready}",
+        )
+    if need > free_now:
+        if need <= free_at_start:
+            return (
+                "Priority",
+                f"needs {need} GPUs; jobs ahead of it in the queue took them ({free_now} left free)",
+            )
+        return "InsufficientGPUs", f"needs {need} GPUs; {free_now} are free on ready nodes"
+    shape = " + ".join(f"{t.instances}x{t.gpus}" for t in job.tasks if t.gpus)
+    return "Fragmented", (
+        f"needs {need} GPUs as {shape} and {free_now} are free, but spread so that the gang does not"
+        f" fit (a task needs {widest} on one node)"
+    )
