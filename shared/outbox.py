@@ -28,7 +28,14 @@ from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
 from shared.db.pool import DATABASE_ERRORS, Connection, Database
 from shared.events.envelope import Envelope
-from shared.telemetry import current_traceparent
+from shared.metrics import (
+    EVENTS_PUBLISHED,
+    OUTBOX_LAG,
+    OUTBOX_OLDEST_UNSENT,
+    OUTBOX_UNSENT,
+    event_type_of,
+)
+from shared.telemetry import current_traceparent, send_span
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +176,13 @@ class OutboxRelay:
         total = 0
         self._contended = False
         while True:
-            rows = await self._db.fetch("SELECT DISTINCT part FROM corral.outbox WHERE sent_at IS NULL")
+            rows = await self._db.fetch(
+                """SELECT part, count(*) AS unsent,
+                          extract(epoch FROM clock_timestamp() - min(created_at)) AS oldest_s
+                   FROM corral.outbox WHERE sent_at IS NULL GROUP BY part"""
+            )
+            OUTBOX_UNSENT.set(sum(row["unsent"] for row in rows))
+            OUTBOX_OLDEST_UNSENT.set(max((float(row["oldest_s"]) for row in rows), default=0.0))
             if not rows:
                 return total
             results = [await self._relay_partition(row["part"]) for row in rows]
@@ -188,7 +201,9 @@ class OutboxRelay:
             if not locked:
                 return None
             rows = await conn.fetch(
-                """SELECT id, event_id, subject, payload, headers FROM corral.outbox
+                """SELECT id, event_id, subject, payload, headers,
+                          extract(epoch FROM clock_timestamp() - created_at) AS age_s
+                   FROM corral.outbox
                    WHERE part = $1 AND sent_at IS NULL
                    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED""",
                 part,
@@ -197,13 +212,13 @@ class OutboxRelay:
             sent: list[int] = []
             try:
                 for row in rows:
-                    await self._bus.publish(
-                        row["subject"],
-                        bytes(row["payload"]),
-                        msg_id=row["event_id"],
-                        headers=dict(row["headers"]),
-                    )
+                    with send_span(row["subject"], row["event_id"], dict(row["headers"])) as headers:
+                        await self._bus.publish(
+                            row["subject"], bytes(row["payload"]), msg_id=row["event_id"], headers=headers
+                        )
                     sent.append(row["id"])
+                    EVENTS_PUBLISHED.labels(event_type_of(row["subject"])).inc()
+                    OUTBOX_LAG.observe(float(row["age_s"]))
             except Exception:
                 raise_if_cancelling()
                 # Keep order: stop at the first failure, stamp what got through, retry later.

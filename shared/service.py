@@ -35,9 +35,10 @@ from shared.db.migrations import apply_migrations
 from shared.db.pool import DATABASE_ERRORS, Database, connect
 from shared.deadletters import PostgresDeadLetters
 from shared.liveness import Liveness
+from shared.metrics import metrics_route
 from shared.outbox import OutboxRelay
 from shared.settings import CommonSettings, HealthSettings
-from shared.telemetry import setup_telemetry
+from shared.telemetry import setup_telemetry, shutdown_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class Health:
 
     service: str
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
-    # More endpoints served beside /healthz and /readyz (the monitor's /metrics).
+    # More endpoints served beside /healthz, /readyz and /metrics (the monitor's own
+    # /metrics, which replaces the default one).
     extra_routes: list[Route] = field(default_factory=list)
 
     async def readiness(self) -> tuple[bool, dict[str, bool]]:
@@ -69,7 +71,10 @@ def health_routes(health: Health) -> list[Route]:
             status_code=200 if ready else 503,
         )
 
-    return [Route("/healthz", healthz), Route("/readyz", readyz), *health.extra_routes]
+    routes = [Route("/healthz", healthz), Route("/readyz", readyz), *health.extra_routes]
+    if not any(route.path == "/metrics" for route in health.extra_routes):
+        routes.append(metrics_route())  # the monitor serves its own, which includes these
+    return routes
 
 
 class EmbeddedServer(uvicorn.Server):
@@ -143,8 +148,9 @@ async def service_resources(
 ) -> AsyncIterator[ServiceResources]:
     """Open everything a service needs; ``event_source`` is the ``source`` of its events
     (default ``corral/<name>``), which picks the NOTIFY channel its outbox relay hears."""
-    setup_telemetry(name, settings.telemetry)
+    provider = setup_telemetry(name, settings.telemetry)
     async with AsyncExitStack() as stack:
+        stack.callback(shutdown_telemetry, provider)
         db = await connect(settings.database)
         stack.push_async_callback(db.close)
         if settings.database.migrate_on_start:

@@ -40,9 +40,12 @@ class TelemetrySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_TELEMETRY_", extra="ignore")
 
     # "none" keeps tracing in-process only (context still propagates through NATS);
-    # "console" prints finished spans, for debugging one service by hand.
-    exporter: str = Field(default="none", pattern="^(none|console)$")
+    # "console" prints finished spans, for debugging one service by hand; "otlp" sends
+    # them to the OTLP/HTTP endpoint the standard OTEL_EXPORTER_OTLP_* variables name.
+    exporter: str = Field(default="none", pattern="^(none|console|otlp)$")
     log_level: str = "INFO"
+    # "json" for a log pipeline (one object per line, with trace and job ids).
+    log_format: str = Field(default="text", pattern="^(text|json)$")
 
 
 class HealthSettings(BaseSettings):

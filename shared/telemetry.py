@@ -1,39 +1,72 @@
-"""OpenTelemetry set-up and W3C ``traceparent`` propagation through NATS headers.
+"""Tracing: OpenTelemetry set-up and W3C ``traceparent`` propagation through NATS.
 
-Each service installs a ``TracerProvider`` named after itself. The outbox stores the
-current ``traceparent`` with each event; the relay sends it as a NATS header; the
-consumer loop continues the trace from it. So one job's submit → schedule → launch →
-exit can be followed as one trace across processes.
+One job's submit → schedule → launch → exit is one trace across processes:
+
+- the API's request is a server span (FastAPI instrumentation, ``services/api/app.py``);
+- ``outbox.append`` stores the current ``traceparent`` with the event (row and envelope);
+- the relay publishes each row in a ``send`` span (PRODUCER) whose context replaces the
+  stored one in the NATS header;
+- the consumer loop handles each message in a ``process`` span (CONSUMER) continued from
+  that header, so events the handler appends belong to the same trace;
+- the scheduler, which decides in cycles rather than in handlers, continues each job's
+  trace from the ``traceparent`` stored with the job at submit (``api.jobs``).
+
+Spans carry the OpenTelemetry messaging attributes (``messaging.system``,
+``messaging.operation.type``, ``messaging.destination.name``, ``messaging.message.id``,
+``messaging.consumer.group.name``) and ``corral.job.id`` where a job is concerned.
+
+Export is off by default (spans still exist, so context propagates). Set
+``CORRAL_TELEMETRY_EXPORTER=otlp`` to send them over OTLP/HTTP; where, how and what is
+sampled is then the standard ``OTEL_EXPORTER_OTLP_*``, ``OTEL_BSP_*``,
+``OTEL_TRACES_SAMPLER`` and ``OTEL_RESOURCE_ATTRIBUTES`` variables, read by the SDK.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from shared.logs import setup_logging
 from shared.settings import TelemetrySettings
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+# How long a stopping service waits for its last spans to leave.
+FLUSH_TIMEOUT_MS = 3000
+
+tracer = trace.get_tracer("corral")
 
 
 def setup_telemetry(service: str, settings: TelemetrySettings) -> TracerProvider:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        stream=sys.stderr,
-        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
-    )
+    """Logging and the process's tracer provider; call ``shutdown_telemetry`` at exit."""
+    setup_logging(service, settings.log_level, settings.log_format)
     provider = TracerProvider(resource=Resource.create({"service.name": f"corral-{service}"}))
     if settings.exporter == "console":
         provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    elif settings.exporter == "otlp":
+        # Imported here: the exporter pulls in protobuf, which a service exporting
+        # nothing need not load.
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     return provider
+
+
+def shutdown_telemetry(provider: TracerProvider) -> None:
+    """Send the spans still queued (bounded wait), then stop the processors."""
+    provider.force_flush(FLUSH_TIMEOUT_MS)
+    provider.shutdown()
 
 
 def current_traceparent() -> str | None:
@@ -44,3 +77,53 @@ def current_traceparent() -> str | None:
 
 def extract_context(headers: dict[str, str]) -> otel_context.Context:
     return _PROPAGATOR.extract({k.lower(): v for k, v in headers.items()})
+
+
+def destination_template(subject: str) -> str:
+    """``corral.job.submitted.job-01…`` → ``corral.job.submitted``: span names must not
+    carry ids (one name per kind of operation), the attributes do."""
+    return subject.rsplit(".", 1)[0] if subject.count(".") >= 3 else subject
+
+
+@contextmanager
+def send_span(subject: str, message_id: str, headers: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A PRODUCER span continuing ``headers``' trace; yields the headers to publish with
+    (the same, with this span's ``traceparent``)."""
+    with tracer.start_as_current_span(
+        f"send {destination_template(subject)}",
+        context=extract_context(headers),
+        kind=trace.SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": subject,
+            "messaging.destination.template": destination_template(subject),
+            "messaging.message.id": message_id,
+        },
+    ):
+        traceparent = current_traceparent()
+        yield {**headers, "traceparent": traceparent} if traceparent else dict(headers)
+
+
+@contextmanager
+def continue_trace(
+    traceparent: str | None, name: str, attributes: Mapping[str, str | int] | None = None
+) -> Iterator[None]:
+    """An INTERNAL span continuing a stored ``traceparent`` (a new trace when there is none)."""
+    context = extract_context({"traceparent": traceparent}) if traceparent else None
+    with tracer.start_as_current_span(name, context=context, attributes=attributes):
+        yield
+
+
+@contextmanager
+def span_in_job_trace(
+    traceparent: str | None, name: str, attributes: Mapping[str, str | int] | None = None
+) -> Iterator[None]:
+    """A span under the current one — or, where there is none (a reconcile loop acting
+    on its own), continuing the job's stored trace, so the job's trace stays whole."""
+    if trace.get_current_span().get_span_context().is_valid:
+        with tracer.start_as_current_span(name, attributes=attributes):
+            yield
+    else:
+        with continue_trace(traceparent, name, attributes):
+            yield

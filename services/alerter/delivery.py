@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from services.alerter import metrics
 from services.alerter.payloads import combine
 from services.alerter.repository import SQL
 from services.alerter.settings import AlerterSettings
@@ -66,17 +67,20 @@ class Deliverer:
 
     async def _deliver(self, batch: list[dict[str, Any]]) -> None:
         first = batch[0]
-        status, error = await self._send(
-            first["kind"], first["url"], combine(first["kind"], [r["payload"] for r in batch])
-        )
+        with metrics.DELIVERY_DURATION.labels(first["kind"]).time():
+            status, error = await self._send(
+                first["kind"], first["url"], combine(first["kind"], [r["payload"] for r in batch])
+            )
         async with self._db.transaction() as conn:
             if error is None:
                 for row in batch:
                     await conn.execute(SQL.notification_sent, row["id"], status)
                 await conn.execute(SQL.group_sent, first["receiver"], first["group_key"])
+                metrics.DELIVERIES.labels(first["kind"], "sent").inc()
                 return
-            for row in batch:
-                await self._failed(conn, row, status, error)
+            outcomes = {await self._failed(conn, row, status, error) for row in batch}
+        for outcome in outcomes:
+            metrics.DELIVERIES.labels(first["kind"], outcome).inc()
 
     async def _send(self, kind: str, url: str, payload: dict[str, Any]) -> tuple[int | None, str | None]:
         """(status, error): error None when the receiver took it."""
@@ -99,16 +103,18 @@ class Deliverer:
             log.exception("a %s notification to %s cannot be sent", kind, url)
             return 400, f"cannot be sent: {type(exc).__name__}: {exc}"[:300]
 
-    async def _failed(self, conn: Connection, row: dict[str, Any], status: int | None, error: str) -> None:
+    async def _failed(self, conn: Connection, row: dict[str, Any], status: int | None, error: str) -> str:
+        """Schedule the row's next try, or give it up; says which ("retrying", "failed")."""
         age_s = (datetime.now(UTC) - row["created_at"]).total_seconds()
         permanent = status is not None and 400 <= status < 500 and status not in RETRYABLE
         if permanent or age_s > self._settings.give_up_after_s:
             log.error("notification %s to %s failed for good: %s", row["id"], row["receiver"], error)
             await conn.execute(SQL.notification_failed, row["id"], status, error)
-            return
+            return "failed"
         backoff = min(2.0 ** (row["attempts"] - 1), self._settings.max_backoff_s)
         log.warning("notification %s to %s: %s; again in %.0fs", row["id"], row["receiver"], error, backoff)
         await conn.execute(SQL.notification_retry, row["id"], backoff, status, error)
+        return "retrying"
 
 
 def _batches(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -11,6 +11,8 @@ import asyncio
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from services.api.auth import TokenCache, bootstrap_admin
@@ -26,6 +28,7 @@ from services.api.routes_silences import router as silences_router
 from services.api.routes_vcs import router as vcs_router
 from services.api.settings import Settings
 from shared.dry_run import DRY_RUN_SUBJECT
+from shared.metrics import HttpMetrics, exposition
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
 
 
@@ -63,6 +66,12 @@ def create_app(
     app.state.token_cache = TokenCache()
     app.state.ask_scheduler = ask_scheduler
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
+    app.add_middleware(HttpMetrics)
+    # Each request is a server span, the root of the trace its events continue. The ASGI
+    # receive/send spans (one per body chunk) would only add noise.
+    FastAPIInstrumentor.instrument_app(
+        app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
+    )
     install_problem_handlers(app)
     app.include_router(jobs_router)
     app.include_router(nodes_router)
@@ -71,6 +80,10 @@ def create_app(
     app.include_router(alert_rules_router)
     app.include_router(services_router)
     app.include_router(vcs_router)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

@@ -32,6 +32,7 @@ from shared.events.nodes import NodeDrainRequestedData
 from shared.ids import JobId, new_job_id
 from shared.jobs import JobSpec, JobState
 from shared.outbox import append
+from shared.telemetry import current_traceparent
 
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/api"
@@ -66,6 +67,7 @@ class ApiRepository:
                 spec.priority,
                 spec.model_dump(mode="json"),
                 spec.total_gpus,
+                current_traceparent(),
             )
             event = JobSubmitted(
                 source=SOURCE,

@@ -7,7 +7,7 @@ handler leaves no trace.
 
 from __future__ import annotations
 
-from services.launcher import repository
+from services.launcher import metrics, repository
 from shared.bus import ConsumerConfig
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
@@ -47,7 +47,10 @@ class LauncherHandlers:
                     await repository.create_attempts(conn, data.job_id, data.generation)
                 case TaskStarted(data=data):
                     await repository.mark_running(conn, data.job_id)
-                case TaskExited(data=data) | JobCancelRequested(data=data) | JobPreemptRequested(data=data):
+                case TaskExited(data=data):
+                    metrics.TASK_EXITS.labels(data.classification).inc()
+                    await repository.evaluate_job(conn, data.job_id)
+                case JobCancelRequested(data=data) | JobPreemptRequested(data=data):
                     await repository.evaluate_job(conn, data.job_id)
                 case _:
                     pass  # not ours (the consumer filter makes this unreachable)

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from services.launcher import metrics
 from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Connection, Database
@@ -160,6 +161,7 @@ async def _transition(
             JobState.CANCELLED: JobCancelled,
         }
         event = ended[to](source=SOURCE, subject=job_id, data=data)
+        metrics.JOBS_ENDED.labels(to.value).inc()
     await append(conn, event, aggregate=job_id)
     job["state"] = to
 
@@ -169,6 +171,8 @@ async def mark_running(conn: Connection, job_id: str) -> bool:
     if job is None or job["state"] != JobState.SCHEDULED:
         return False
     await _transition(conn, job, JobState.RUNNING)
+    metrics.LAUNCH_LATENCY.observe(float(job["in_state_s"]))
+    metrics.JOB_START_LATENCY.observe(float(job["age_s"]))
     return True
 
 

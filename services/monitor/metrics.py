@@ -1,5 +1,6 @@
 """Prometheus exposition: every GPU's latest readings, named as NVIDIA's DCGM exporter
-names them, labelled with the job and task using the GPU — plus the monitor's own counters.
+names them, labelled with the job and task using the GPU — plus the monitor's own counters and the
+process metrics every service has (``shared/metrics.py``).
 
 Read from Postgres at scrape time, so every monitor instance shows the whole cluster
 (heartbeats are split between instances; the database has them all).
@@ -27,6 +28,7 @@ from services.monitor.exporter.nvml import THROTTLE_REASONS
 from services.monitor.ingest import HeartbeatIngest, IngestCounters
 from services.monitor.repository import SQL
 from shared.db.pool import Database
+from shared.metrics import exposition as process_metrics
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABELS = ("gpu", "UUID", "modelName", "Hostname", "node", "job", "task", "simulated")
@@ -175,7 +177,9 @@ async def render(db: Database, ingest: HeartbeatIngest, names: frozenset[str] | 
     if names is None or not names <= {name for name, _, _ in COUNTERS}:
         async with db.connection() as conn:
             rows = await conn.fetch(SQL.latest_gpus)
-    return (await exposition(rows, ingest.counters, names)).encode()
+    body = (await exposition(rows, ingest.counters, names)).encode()
+    # The whole scrape also carries this process's own metrics (bus, outbox: shared.metrics).
+    return body if names is not None else body + process_metrics()
 
 
 def metrics_routes(db: Database, ingest: HeartbeatIngest) -> Iterable[Route]:

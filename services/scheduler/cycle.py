@@ -15,6 +15,7 @@ from collections.abc import Hashable
 
 import asyncpg
 
+from services.scheduler import metrics
 from services.scheduler.leader import Leadership
 from services.scheduler.model import Waiting
 from services.scheduler.planner import PlanSettings, plan
@@ -53,7 +54,9 @@ class Cycle:
             conn = self._leadership.conn
             if conn is None:
                 self._said = {}  # not leading: another scheduler may write the reasons meanwhile
+                metrics.record_standing_down()
                 return 0
+            metrics.LEADER.set(1)
             started = time.perf_counter()
             try:
                 async with conn.transaction():
@@ -97,6 +100,10 @@ class Cycle:
         self.cycles += 1
         self.placed += placed
         self.preempted += preempted
+        metrics.CYCLE_DURATION.observe(time.perf_counter() - started)
+        metrics.PLACEMENTS.inc(placed)
+        metrics.PREEMPTIONS.inc(preempted)
+        metrics.record_cycle(pending, result, snapshot.running)
         if placed:
             log.info(
                 "cycle placed %d of %d pending jobs in %.1f ms",

@@ -56,6 +56,7 @@ class PendingJob:
     gpu_type: str | None = None  # every GPU of the job is of this type; any when None
     topology: Topology = "pack"
     max_runtime_s: float | None = None  # the user's limit: the only run time a policy may know
+    traceparent: str | None = None  # the submit's trace, continued by the decision's event
 
     @cached_property
     def gpus(self) -> int:

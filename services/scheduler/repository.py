@@ -25,6 +25,7 @@ from shared.events import JobScheduled
 from shared.events.jobs import JobScheduledData, TaskPlacement
 from shared.gpu_types import gpu_type_of
 from shared.outbox import append
+from shared.telemetry import continue_trace
 
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/scheduler"
@@ -75,6 +76,7 @@ async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = T
             gpu_type=row["gpu_type"],
             topology=cast(Topology, row["topology"]),
             max_runtime_s=row["max_runtime_s"],
+            traceparent=row["traceparent"],
         )
         for row in await conn.fetch(SQL.pending_jobs, max_pending)
     ]
@@ -177,6 +179,18 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
                 ],
             ),
         )
-        await append(conn, event, aggregate=decision.job.job_id)
+        # The decision joins the job's own trace (from its submit), not the cycle's.
+        with continue_trace(
+            decision.job.traceparent,
+            "schedule",
+            {
+                "corral.job.id": decision.job.job_id,
+                "corral.job.generation": generation,
+                "corral.job.gpus": decision.job.gpus,
+                "corral.job.nodes": len({p.node_id for p in decision.placements}),
+                "corral.job.borrowed": int(decision.borrowed),
+            },
+        ):
+            await append(conn, event, aggregate=decision.job.job_id)
         committed += 1
     return committed

@@ -29,7 +29,9 @@ from shared.bus.protocol import Bus, ConsumerConfig, Delivery
 from shared.db.pool import DATABASE_UNAVAILABLE
 from shared.errors import PermanentError, TransientError
 from shared.events.types import Event, parse_event
-from shared.telemetry import extract_context
+from shared.logs import bound_job
+from shared.metrics import EVENT_HANDLING, EVENTS_CONSUMED, EVENTS_REDELIVERED
+from shared.telemetry import destination_template, extract_context
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("corral.bus")
@@ -88,23 +90,36 @@ async def _settle(
         await _dead_letter(dead_letters, durable, delivery, reason, stats)
         return
 
-    with tracer.start_as_current_span(
-        f"{delivery.subject} process",
-        context=extract_context(delivery.headers),
-        kind=trace.SpanKind.CONSUMER,
-        attributes={
-            "messaging.system": "nats",
-            "messaging.destination.name": delivery.subject,
-            "messaging.consumer.group.name": durable,
-            "messaging.message.id": event.id,
-        },
+    if delivery.num_delivered > 1:
+        EVENTS_REDELIVERED.labels(durable).inc()
+    job_id = getattr(event.data, "job_id", None)
+    attributes: dict[str, str | int] = {
+        "messaging.system": "nats",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": delivery.subject,
+        "messaging.destination.template": destination_template(delivery.subject),
+        "messaging.consumer.group.name": durable,
+        "messaging.message.id": event.id,
+        "messaging.message.delivery_count": delivery.num_delivered,
+    }
+    if job_id is not None:
+        attributes["corral.job.id"] = job_id
+    with (
+        tracer.start_as_current_span(
+            f"process {destination_template(delivery.subject)}",
+            context=extract_context(delivery.headers),
+            kind=trace.SpanKind.CONSUMER,
+            attributes=attributes,
+        ),
+        bound_job(job_id),
+        EVENT_HANDLING.labels(durable).time(),
     ):
         try:
             await spec.handler(event)
         except TransientError as exc:
             log.info("%s: %s; retrying in %.1fs", durable, exc.detail, exc.delay_s)
             await delivery.nak(exc.delay_s)
-            stats.nacked += 1
+            _note(stats, durable, "nacked")
             return
         except DATABASE_UNAVAILABLE as exc:
             # Postgres restarting is nobody's poison: never dead-letter for it. Back off so
@@ -112,7 +127,7 @@ async def _settle(
             raise_if_cancelling()
             log.warning("%s: database unavailable (%s); redelivering later", durable, exc)
             await delivery.nak(2.0)
-            stats.nacked += 1
+            _note(stats, durable, "nacked")
             await asyncio.sleep(1.0)
             return
         except PermanentError as exc:
@@ -129,10 +144,10 @@ async def _settle(
             delay = min(30.0, 0.5 * 2 ** (delivery.num_delivered - 1))
             log.exception("%s: handler failed on %s; retry in %.1fs", durable, event.type, delay)
             await delivery.nak(delay)
-            stats.nacked += 1
+            _note(stats, durable, "nacked")
             return
     await delivery.ack()
-    stats.acked += 1
+    _note(stats, durable, "acked")
 
 
 async def _dead_letter(
@@ -145,10 +160,15 @@ async def _dead_letter(
         raise_if_cancelling()
         log.warning("%s: cannot record a dead letter now (%s); redelivering later", durable, exc)
         await delivery.nak(5.0)
-        stats.nacked += 1
+        _note(stats, durable, "nacked")
         return
     await delivery.term()
-    stats.dead_lettered += 1
+    _note(stats, durable, "dead_lettered")
+
+
+def _note(stats: ConsumerStats, durable: str, outcome: str) -> None:
+    setattr(stats, outcome, getattr(stats, outcome) + 1)
+    EVENTS_CONSUMED.labels(durable, outcome).inc()
 
 
 def _short(exc: ValidationError) -> str:

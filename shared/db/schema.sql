@@ -120,6 +120,7 @@ CREATE TABLE api.jobs (
     cancel_requested_at timestamp with time zone,
     retries integer DEFAULT 0 NOT NULL,
     not_before timestamp with time zone,
+    traceparent text,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELLED'::text])))
 );
 CREATE TABLE api.tokens (

@@ -1,6 +1,6 @@
 -- name: insert_job
-INSERT INTO api.jobs (id, name, username, virtual_cluster, priority, spec, total_gpus, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING')
+INSERT INTO api.jobs (id, name, username, virtual_cluster, priority, spec, total_gpus, state, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8)
 RETURNING id, name, username, virtual_cluster, priority, spec, state, version, generation,
           exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before;
 

@@ -38,6 +38,8 @@ from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Connection, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
 from shared.jobs import ExitRule, JobSpec
+from shared.logs import bound_job
+from shared.telemetry import span_in_job_trace
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
@@ -149,6 +151,13 @@ class NodeAgent:
                 Peer(p["task_role"], p["task_index"], p["node_id"], p["host"], dict(p["ports"]))
                 for p in await conn.fetch(SQL.peers_of_generation, row["job_id"], row["generation"])
             ]
+        # The watcher started below inherits this span and the job binding (asyncio copies
+        # the context into new tasks), so the task's exit report joins the job's trace.
+        attributes = {"corral.job.id": row["job_id"], "corral.attempt.id": task.attempt_id}
+        with span_in_job_trace(row["traceparent"], "start task", attributes), bound_job(row["job_id"]):
+            return await self._spawn(task, row, peers)
+
+    async def _spawn(self, task: Task, row: dict[str, Any], peers: list[Peer]) -> bool:
         spec = JobSpec.model_validate(row["spec"])
         task.job_id = row["job_id"]
         task.rules = tuple(spec.retry.rules)

@@ -9,7 +9,8 @@ WHERE a.id = $1 AND a.node_id = $2 AND a.state = 'ASSIGNED' AND a.stop_requested
               AND g.lost_at IS NULL AND g.lease_expires_at > now())
   AND j.id = a.job_id AND j.generation = a.generation AND j.state IN ('SCHEDULED', 'RUNNING')
   AND j.cancel_requested_at IS NULL
-RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no, a.gpu_indices, j.spec;
+RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no, a.gpu_indices, j.spec,
+          j.traceparent;
 
 -- name: peers_of_generation
 SELECT task_role, task_index, node_id, host, ports FROM launcher.attempts

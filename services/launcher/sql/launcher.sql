@@ -1,5 +1,7 @@
 -- name: lock_job
 SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
+       extract(epoch FROM clock_timestamp() - j.updated_at) AS in_state_s,
+       extract(epoch FROM clock_timestamp() - j.created_at) AS age_s,
        (SELECT p.reason FROM scheduler.preemptions p
         WHERE p.job_id = j.id AND p.generation = j.generation) AS preempt_reason
 FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;

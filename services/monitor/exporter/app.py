@@ -20,7 +20,7 @@ from shared.bus.nats import NatsBus
 from shared.events import NodeTelemetry
 from shared.events.nodes import NodeTelemetryData
 from shared.service import Health, run_service, serve_health
-from shared.telemetry import setup_telemetry
+from shared.telemetry import setup_telemetry, shutdown_telemetry
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/exporter"
@@ -56,7 +56,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
 
 
 async def serve(settings: Settings) -> None:
-    setup_telemetry("exporter", settings.common.telemetry)
+    provider = setup_telemetry("exporter", settings.common.telemetry)
     exporter = settings.exporter
     backend = open_backend(
         exporter.backend,
@@ -79,6 +79,7 @@ async def serve(settings: Settings) -> None:
     finally:
         await bus.close()
         backend.close()
+        shutdown_telemetry(provider)
 
 
 def main() -> int:

@@ -57,7 +57,7 @@ SELECT id, version, priority, virtual_cluster, username,
        (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
         WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
        coalesce(spec->>'topology', 'pack') AS topology,
-       (spec->>'max_runtime_s')::float8 AS max_runtime_s
+       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent
 FROM api.jobs
 WHERE state = 'PENDING' AND (not_before IS NULL OR not_before <= now())
 ORDER BY created_at, id LIMIT $1;

@@ -1,0 +1,26 @@
+"""The launcher's Prometheus metrics (served on its health port with the shared ones).
+
+Recorded where the launcher changes a job's state, so each is counted once per change
+(the handlers' idempotency record makes a redelivered event change nothing).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+LAUNCH_LATENCY = Histogram(
+    "corral_launch_latency_seconds",
+    "From a job's placement to its first task running (attempts created, agents claimed and spawned them).",
+    buckets=_LATENCY_BUCKETS,
+)
+JOB_START_LATENCY = Histogram(
+    "corral_job_start_latency_seconds",
+    "From a job's submit to its first task running, queueing included.",
+    buckets=(*_LATENCY_BUCKETS, 900.0, 3600.0, 14400.0, 86400.0),
+)
+JOBS_ENDED = Counter("corral_jobs_ended", "Jobs that reached an end state, by state.", ["state"])
+TASK_EXITS = Counter(
+    "corral_task_exits", "Task attempts that ended, by exit classification.", ["classification"]
+)
