@@ -19,6 +19,7 @@ NodeId = NewType("NodeId", str)
 EventId = NewType("EventId", str)
 AlertId = NewType("AlertId", str)
 SilenceId = NewType("SilenceId", str)
+WebhookId = NewType("WebhookId", str)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -50,3 +51,7 @@ def new_silence_id() -> SilenceId:
 
 def new_event_id() -> EventId:
     return EventId(str(uuid.uuid4()))
+
+
+def new_webhook_id() -> WebhookId:
+    return WebhookId(f"whk-{_ulid()}")

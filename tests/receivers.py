@@ -1,6 +1,7 @@
 """Real HTTP receivers on loopback for alert-delivery tests: they record what they are
 sent, and the path chooses how they answer (``hang`` until released, ``bad`` 400,
-``flaky`` 503 twice, ``pd`` 202, anything else 200)."""
+``flaky`` 503 twice, ``broken`` 500 twice, ``gone`` 410, ``pd`` 202, anything else 200).
+``raw`` keeps each request's headers and exact body, for signature checks."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class Receivers:
     port: int
     seen: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     seen_at: list[float] = field(default_factory=list)
-    failures_left: dict[str, int] = field(default_factory=lambda: {"flaky": 2})
+    raw: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+    failures_left: dict[str, int] = field(default_factory=lambda: {"flaky": 2, "broken": 2})
     release: asyncio.Event = field(default_factory=asyncio.Event)  # ends every hanging request
 
     def url(self, path: str) -> str:
@@ -39,6 +41,8 @@ class Receivers:
 
     async def handle(self, request: Request) -> JSONResponse:
         path = request.path_params["path"]
+        body = await request.body()
+        self.raw.append((path, dict(request.headers), body))
         self.seen.append((path, await request.json()))
         self.seen_at.append(time.time())
         if path == "hang":
@@ -48,6 +52,11 @@ class Receivers:
         if path == "flaky" and self.failures_left["flaky"] > 0:
             self.failures_left["flaky"] -= 1
             return JSONResponse({"error": "try later"}, status_code=503)
+        if path == "broken" and self.failures_left["broken"] > 0:
+            self.failures_left["broken"] -= 1
+            return JSONResponse({"error": "oops"}, status_code=500)
+        if path == "gone":
+            return JSONResponse({"error": "no such hook"}, status_code=410)
         return JSONResponse({"status": "success"}, status_code=202 if path == "pd" else 200)
 
 
@@ -67,6 +76,8 @@ async def receivers() -> AsyncIterator[Receivers]:
             except httpx.TransportError:
                 await asyncio.sleep(0.05)
     recv.seen.clear()
+    recv.seen_at.clear()
+    recv.raw.clear()
     yield recv
     recv.release.set()  # hanging requests end, so the server can stop gracefully
     server.should_exit = True

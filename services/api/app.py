@@ -17,15 +17,20 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 
 from services.api.auth import TokenCache, bootstrap_admin
 from services.api.deps import AskScheduler
+from services.api.event_hub import EventHub
+from services.api.event_scope import Scopes
+from services.api.integrations import run_integrations
 from services.api.problems import install_problem_handlers, problem
 from services.api.repository import ApiRepository
 from services.api.routes_alert_rules import router as alert_rules_router
 from services.api.routes_alerts import router as alerts_router
+from services.api.routes_events import router as events_router
 from services.api.routes_jobs import router as jobs_router
 from services.api.routes_nodes import router as nodes_router
 from services.api.routes_services import router as services_router
 from services.api.routes_silences import router as silences_router
 from services.api.routes_vcs import router as vcs_router
+from services.api.routes_webhooks import router as webhooks_router
 from services.api.settings import Settings
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.metrics import HttpMetrics, exposition
@@ -53,10 +58,15 @@ class BodySizeLimit(BaseHTTPMiddleware):
 
 
 def create_app(
-    repo: ApiRepository, health: Health, settings: Settings, ask_scheduler: AskScheduler | None = None
+    repo: ApiRepository,
+    health: Health,
+    settings: Settings,
+    ask_scheduler: AskScheduler | None = None,
+    event_hub: EventHub | None = None,
 ) -> FastAPI:
     """``ask_scheduler`` sends a dry-run question to the scheduler and returns its answer
-    (core NATS request/reply in the service; without it, dry runs answer 503)."""
+    (core NATS request/reply in the service; without it, dry runs answer 503);
+    ``event_hub`` feeds ``GET /api/v1/events`` (without it, 503)."""
     app = FastAPI(
         title="Corral API",
         version="1",
@@ -65,6 +75,9 @@ def create_app(
     app.state.repo = repo
     app.state.token_cache = TokenCache()
     app.state.ask_scheduler = ask_scheduler
+    app.state.event_hub = event_hub
+    app.state.api_settings = settings.api
+    app.state.webhook_wake = asyncio.Event()  # set when a delivery is queued by hand
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(HttpMetrics)
     # Each request is a server span, the root of the trace its events continue. The ASGI
@@ -80,6 +93,8 @@ def create_app(
     app.include_router(alert_rules_router)
     app.include_router(services_router)
     app.include_router(vcs_router)
+    app.include_router(events_router)
+    app.include_router(webhooks_router)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -112,11 +127,16 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
     async def ask_scheduler(question: bytes) -> bytes:
         return await res.bus.request(DRY_RUN_SUBJECT, question, timeout_s)
 
-    app = create_app(repo, res.health, settings, ask_scheduler)
+    hub = EventHub(res.bus.js, Scopes(res.db), settings.api.sse_queue_limit)
+    app = create_app(repo, res.health, settings, ask_scheduler, hub)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(res.relay.run(), name="outbox-relay")
         tg.create_task(res.liveness.run(), name="liveness")
         tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
+        integrations = run_integrations(
+            res.db, res.bus, res.dead_letters, settings.api, hub, app.state.webhook_wake
+        )
+        tg.create_task(integrations, name="integrations")
 
 
 def main() -> int:

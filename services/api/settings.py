@@ -20,6 +20,19 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     # How long a dry run waits for the scheduler's answer before a 503.
     dry_run_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # SSE (GET /api/v1/events): a comment this often on an idle stream, and how many
+    # events one subscriber may have queued before it must catch up from JetStream.
+    sse_keepalive_s: float = Field(default=15.0, gt=0, le=300)
+    sse_queue_limit: int = Field(default=10_000, ge=10)
+    # Webhooks: the delays between attempts (Standard Webhooks' schedule: about a day in
+    # all, then the delivery is failed), how long one attempt may take, how long a claimed
+    # delivery is leased (a crash mid-send sends it again after this), how many are sent
+    # at once, and how long a rotated secret keeps signing beside the new one.
+    webhook_retry_delays_s: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
+    webhook_timeout_s: float = Field(default=15.0, gt=0, le=120)
+    webhook_lease_s: float = Field(default=120.0, gt=0)
+    webhook_concurrency: int = Field(default=32, ge=1, le=1000)
+    webhook_secret_overlap_s: float = Field(default=24 * 3600.0, ge=0)
 
 
 class Settings(BaseSettings):

@@ -144,6 +144,72 @@ CREATE TABLE api.virtual_clusters (
     CONSTRAINT virtual_clusters_max_gpus_per_user_check CHECK (((max_gpus_per_user IS NULL) OR (max_gpus_per_user >= 0))),
     CONSTRAINT virtual_clusters_quota_check CHECK ((jsonb_typeof(quota) = 'object'::text))
 );
+CREATE TABLE api.webhook_attempts (
+    id bigint NOT NULL,
+    delivery_id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    status integer,
+    error text,
+    duration_ms integer NOT NULL
+);
+CREATE SEQUENCE api.webhook_attempts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE api.webhook_attempts_id_seq OWNED BY api.webhook_attempts.id;
+CREATE TABLE api.webhook_deliveries (
+    id bigint NOT NULL,
+    webhook_id text NOT NULL,
+    event_id text NOT NULL,
+    event_type text NOT NULL,
+    payload bytea NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_status integer,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    queued_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT webhook_deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text])))
+);
+CREATE SEQUENCE api.webhook_deliveries_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE api.webhook_deliveries_id_seq OWNED BY api.webhook_deliveries.id;
+CREATE TABLE api.webhook_secrets (
+    id bigint NOT NULL,
+    webhook_id text NOT NULL,
+    secret text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone
+);
+CREATE SEQUENCE api.webhook_secrets_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE api.webhook_secrets_id_seq OWNED BY api.webhook_secrets.id;
+CREATE TABLE api.webhooks (
+    id text NOT NULL,
+    username text NOT NULL,
+    sees_all boolean DEFAULT false NOT NULL,
+    url text NOT NULL,
+    event_types text[] NOT NULL,
+    virtual_cluster text,
+    description text DEFAULT ''::text NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    disabled_reason text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT webhooks_event_types_check CHECK ((cardinality(event_types) > 0))
+);
 CREATE TABLE corral.dead_letters (
     id bigint NOT NULL,
     consumer text NOT NULL,
@@ -377,6 +443,9 @@ CREATE TABLE scheduler.preemptions (
 );
 ALTER TABLE ONLY alerter.alert_transitions ALTER COLUMN id SET DEFAULT nextval('alerter.alert_transitions_id_seq'::regclass);
 ALTER TABLE ONLY alerter.notifications ALTER COLUMN id SET DEFAULT nextval('alerter.notifications_id_seq'::regclass);
+ALTER TABLE ONLY api.webhook_attempts ALTER COLUMN id SET DEFAULT nextval('api.webhook_attempts_id_seq'::regclass);
+ALTER TABLE ONLY api.webhook_deliveries ALTER COLUMN id SET DEFAULT nextval('api.webhook_deliveries_id_seq'::regclass);
+ALTER TABLE ONLY api.webhook_secrets ALTER COLUMN id SET DEFAULT nextval('api.webhook_secrets_id_seq'::regclass);
 ALTER TABLE ONLY corral.dead_letters ALTER COLUMN id SET DEFAULT nextval('corral.dead_letters_id_seq'::regclass);
 ALTER TABLE ONLY corral.outbox ALTER COLUMN id SET DEFAULT nextval('corral.outbox_id_seq'::regclass);
 ALTER TABLE ONLY monitor.health_events ALTER COLUMN id SET DEFAULT nextval('monitor.health_events_id_seq'::regclass);
@@ -404,6 +473,16 @@ ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_sha256_key UNIQUE (sha256);
 ALTER TABLE ONLY api.virtual_clusters
     ADD CONSTRAINT virtual_clusters_pkey PRIMARY KEY (name);
+ALTER TABLE ONLY api.webhook_attempts
+    ADD CONSTRAINT webhook_attempts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_webhook_id_event_id_key UNIQUE (webhook_id, event_id);
+ALTER TABLE ONLY api.webhook_secrets
+    ADD CONSTRAINT webhook_secrets_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.webhooks
+    ADD CONSTRAINT webhooks_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY corral.dead_letters
     ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY corral.outbox
@@ -445,6 +524,11 @@ CREATE INDEX notifications_due ON alerter.notifications USING btree (next_attemp
 CREATE INDEX silences_active ON alerter.silences USING btree (ends_at);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
+CREATE INDEX webhook_attempts_of ON api.webhook_attempts USING btree (delivery_id, id);
+CREATE INDEX webhook_deliveries_due ON api.webhook_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);
+CREATE INDEX webhook_deliveries_of ON api.webhook_deliveries USING btree (webhook_id, id DESC);
+CREATE INDEX webhook_secrets_of ON api.webhook_secrets USING btree (webhook_id);
+CREATE INDEX webhooks_owner ON api.webhooks USING btree (username, created_at);
 CREATE INDEX outbox_sent_at ON corral.outbox USING btree (sent_at) WHERE (sent_at IS NOT NULL);
 CREATE INDEX outbox_unsent ON corral.outbox USING btree (part, id) WHERE (sent_at IS NULL);
 CREATE INDEX service_instances_by_service ON corral.service_instances USING btree (service, last_seen_at);
@@ -459,6 +543,12 @@ ALTER TABLE ONLY alerter.alert_transitions
     ADD CONSTRAINT alert_transitions_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
 ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
+ALTER TABLE ONLY api.webhook_attempts
+    ADD CONSTRAINT webhook_attempts_delivery_id_fkey FOREIGN KEY (delivery_id) REFERENCES api.webhook_deliveries(id) ON DELETE CASCADE;
+ALTER TABLE ONLY api.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_webhook_id_fkey FOREIGN KEY (webhook_id) REFERENCES api.webhooks(id) ON DELETE CASCADE;
+ALTER TABLE ONLY api.webhook_secrets
+    ADD CONSTRAINT webhook_secrets_webhook_id_fkey FOREIGN KEY (webhook_id) REFERENCES api.webhooks(id) ON DELETE CASCADE;
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY monitor.gpus

@@ -1,0 +1,250 @@
+"""One tail of the lifecycle streams per API process, fanned out to every SSE subscriber.
+
+Why not one NATS consumer per SSE connection: a JetStream consumer is server state
+(created, heart-beaten, flow-controlled, deleted), so a thousand dashboards would mean a
+thousand consumers and a thousand copies of every event on the wire, and a connection
+storm after an API restart would be a consumer-creation storm. Instead each API process
+keeps exactly one *ordered* consumer per lifecycle stream (``CORRAL_JOBS``,
+``CORRAL_NODES``, ``CORRAL_ALERTS``: three in all), reads each event once, works out its
+facts once (type, job, owner, VC: ``event_scope.py``), and hands it to the in-process
+queue of every subscriber whose filter and visibility match. A new subscriber costs a
+dictionary entry; fanning one event out to 1,000 of them is 1,000 predicate calls.
+
+Exact resumption: an SSE id is a ``Cursor``, the last stream sequence the subscriber has
+had of each of the three streams (``"120.7.3"``). The tails are per stream and in
+stream order, so "everything of stream *s* up to *n*" is a complete description of what
+was sent. A subscriber that comes back with ``Last-Event-ID`` registers first (from then
+on the tail queues what it must see), then reads what it missed from JetStream itself —
+a short-lived ephemeral consumer from its cursor up to the tail's position at
+registration (``replay``) — and then drains its queue, skipping anything at or below
+what it has sent: no gap, no duplicate. The same catch-up handles a subscriber too slow
+for its bounded queue: the tail drops its queue rather than waiting for it (one slow
+client never holds up the others), and the subscriber catches up from JetStream again.
+
+Concurrency: one task per stream tail (under ``run``); registration, the position
+update and the fan-out of one event happen with no ``await`` in between, so a
+subscriber's starting position is exact. Single event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from services.api.event_scope import EventFacts, Scopes
+from shared.aio import raise_if_cancelling, wait_event
+from shared.bus.streams import ALERTS, JOBS, NODES, StreamSpec
+from shared.db.pool import DATABASE_ERRORS
+from shared.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+LIFECYCLE: tuple[StreamSpec, ...] = (JOBS, NODES, ALERTS)
+REPLAY_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last sequence sent of each lifecycle stream, in ``LIFECYCLE`` order."""
+
+    positions: tuple[int, ...]
+
+    def encode(self) -> str:
+        return ".".join(str(p) for p in self.positions)
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor:
+        parts = text.strip().split(".")
+        if len(parts) != len(LIFECYCLE) or not all(p.isdigit() and len(p) <= 19 for p in parts):
+            raise InvalidInput(
+                f"Last-Event-ID {text[:80]!r} is not an id this stream sent; send the id of the last"
+                " event you received, or none to start from now"
+            )
+        return cls(tuple(int(p) for p in parts))
+
+    def advanced(self, stream: int, seq: int) -> Cursor:
+        positions = list(self.positions)
+        positions[stream] = max(positions[stream], seq)
+        return Cursor(tuple(positions))
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    stream: int  # index into LIFECYCLE
+    seq: int
+    payload: bytes  # the CloudEvents document exactly as it is on NATS
+    facts: EventFacts
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """One SSE connection's queue; ``start`` is the tail's position at registration."""
+
+    wants: Callable[[EventFacts], bool]
+    start: Cursor
+    limit: int
+    pending: deque[StreamEvent] = field(default_factory=deque)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    overflowed: bool = False
+
+    def offer(self, event: StreamEvent) -> bool:
+        """Queue an event; False when the queue is full (the subscriber must catch up)."""
+        if len(self.pending) >= self.limit:
+            self.overflowed = True
+            self.pending.clear()
+            self.arrived.set()
+            return False
+        self.pending.append(event)
+        self.arrived.set()
+        return True
+
+    async def next(self, timeout_s: float) -> StreamEvent | None:
+        """The next queued event, or None after ``timeout_s`` (or once overflowed)."""
+        if not self.pending and not self.overflowed:
+            self.arrived.clear()
+            await wait_event(self.arrived, timeout_s)
+        return self.pending.popleft() if self.pending and not self.overflowed else None
+
+
+class EventHub:
+    def __init__(self, js: JetStreamContext, scopes: Scopes, queue_limit: int = 10_000) -> None:
+        self._js = js
+        self.scopes = scopes
+        self._queue_limit = queue_limit
+        self._subscribers: set[Subscriber] = set()
+        self._positions = [0] * len(LIFECYCLE)
+        self._started = [asyncio.Event() for _ in LIFECYCLE]
+        self.delivered = 0
+        self.overflows = 0  # subscribers sent back to JetStream for being too slow
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Whether every tail is reading (a subscriber's start position is then exact)."""
+        for started in self._started:
+            if not await wait_event(started, timeout_s):
+                return False
+        return True
+
+    def register(self, wants: Callable[[EventFacts], bool]) -> Subscriber:
+        subscriber = Subscriber(wants, Cursor(tuple(self._positions)), self._queue_limit)
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    def unregister(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    async def run(self) -> None:
+        """Tail every lifecycle stream until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            for index, spec in enumerate(LIFECYCLE):
+                tg.create_task(self._tail(index, spec), name=f"event-hub-{spec.name}")
+
+    async def _tail(self, index: int, spec: StreamSpec) -> None:
+        info = await self._js.stream_info(spec.name)
+        self._positions[index] = info.state.last_seq
+        # An ordered consumer: no acks, flow control and heartbeats, and the client
+        # recreates it from the last sequence it saw if a message goes missing or the
+        # server restarts — the tail itself never skips.
+        config = api.ConsumerConfig(
+            filter_subjects=list(spec.subjects),
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=info.state.last_seq + 1,
+        )
+        sub = await self._js.subscribe(
+            spec.subjects[0], stream=spec.name, ordered_consumer=True, config=config, idle_heartbeat=5.0
+        )
+        self._started[index].set()
+        try:
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=None)
+                except nats.errors.TimeoutError:
+                    raise_if_cancelling()
+                    continue
+                seq = msg.metadata.sequence.stream
+                if seq <= self._positions[index]:
+                    continue  # seen before a consumer reset
+                facts = await self._facts(msg)
+                self._positions[index] = seq
+                if facts is not None:
+                    self._fan_out(StreamEvent(index, seq, msg.data, facts))
+        finally:
+            self._started[index].clear()
+            await sub.unsubscribe()
+
+    async def _facts(self, msg: Msg) -> EventFacts | None:
+        """The event's facts; while Postgres is away the tail waits (skipping the event
+        would hide it from its owner for good)."""
+        while True:
+            try:
+                return await self.scopes.facts(msg.data)
+            except DATABASE_ERRORS as exc:
+                raise_if_cancelling()
+                log.warning("event hub cannot read job owners (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+
+    def _fan_out(self, event: StreamEvent) -> None:
+        for subscriber in list(self._subscribers):
+            if subscriber.wants(event.facts):
+                if subscriber.offer(event):
+                    self.delivered += 1
+                else:  # too slow: it catches up from JetStream instead
+                    self._subscribers.discard(subscriber)
+                    self.overflows += 1
+
+    async def oldest_kept(self, stream: int) -> int:
+        """The first sequence the stream still holds (older events expired)."""
+        info = await self._js.stream_info(LIFECYCLE[stream].name)
+        return int(info.state.first_seq)
+
+    async def replay(self, stream: int, after: int, until: int) -> AsyncGenerator[StreamEvent, None]:
+        """The events of one stream with sequence in (``after``, ``until``], read from
+        JetStream through a short-lived ephemeral consumer."""
+        if until <= after:
+            return
+        spec = LIFECYCLE[stream]
+        config = api.ConsumerConfig(
+            filter_subjects=list(spec.subjects),
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=after + 1,
+            ack_policy=api.AckPolicy.NONE,
+            inactive_threshold=60.0,  # the server removes it if we vanish without deleting it
+            mem_storage=True,
+        )
+        sub = await self._js.pull_subscribe(spec.subjects[0], stream=spec.name, config=config)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(REPLAY_BATCH, timeout=5.0)
+                except nats.errors.TimeoutError:
+                    raise_if_cancelling()
+                    return  # nothing more is kept (the rest expired or was deleted)
+                for msg in msgs:
+                    seq = msg.metadata.sequence.stream
+                    if seq > until:
+                        return
+                    facts = await self._facts(msg)
+                    if facts is not None:
+                        yield StreamEvent(stream, seq, msg.data, facts)
+                    if seq == until or msg.metadata.num_pending == 0:
+                        return
+        finally:
+            await sub.unsubscribe()
+            if config.name:
+                await self._delete_consumer(spec.name, config.name)
+
+    async def _delete_consumer(self, stream: str, name: str) -> None:
+        try:
+            await self._js.delete_consumer(stream, name)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.info("replay consumer %s not deleted now (%r); the server drops it when idle", name, exc)

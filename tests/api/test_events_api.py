@@ -1,0 +1,289 @@
+"""``GET /api/v1/events`` served by a real HTTP server over real NATS and Postgres: filters
+by type, job and VC; a user sees only their own jobs' events; a client that reconnects
+with ``Last-Event-ID`` gets exactly what it missed (across the three lifecycle streams);
+idle streams carry keep-alives; a subscriber too slow for its queue catches up from
+JetStream with no gap; bad filters and cursors are a 422 problem."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+
+from corral.local.ports import free_port
+from services.api.app import create_app
+from services.api.auth import hash_token
+from services.api.event_hub import EventHub
+from services.api.event_scope import EventFacts, Scopes
+from services.api.repository import ApiRepository
+from services.api.routes_events import sse
+from services.api.settings import ApiSettings, Settings
+from shared.bus.nats import NatsBus
+from shared.db.pool import Database
+from shared.events import AlertFiring, Envelope, JobRunning, JobSubmitted, NodeDrained, TaskStarted
+from shared.events.alerts import AlertFiringData
+from shared.events.jobs import JobRunningData, JobSubmittedData, TaskStartedData
+from shared.events.nodes import NodeDrainedData
+from shared.ids import new_job_id
+from shared.service import Health
+
+
+@dataclass
+class Api:
+    url: str
+    hub: EventHub
+    admin: str  # tokens
+    alice: str
+
+
+@pytest.fixture
+async def api(db: Database, bus: NatsBus, admin_token: str) -> AsyncIterator[Api]:
+    """The API with its event hub, served on a real port."""
+    settings = Settings(api=ApiSettings(sse_keepalive_s=0.3, sse_queue_limit=10))
+    hub = EventHub(bus.js, Scopes(db), settings.api.sse_queue_limit)
+    app = create_app(ApiRepository(db), Health("api", {}), settings, None, hub)
+    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+        )
+    )
+    hub_task, serving = asyncio.create_task(hub.run()), asyncio.create_task(server.serve())
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(200):
+            with contextlib.suppress(httpx.TransportError):
+                if (await http.get(url + "/healthz")).status_code == 200:
+                    break
+            await asyncio.sleep(0.05)
+    assert await hub.wait_ready(5.0)
+    yield Api(url, hub, admin_token, "crl_alice")
+    server.should_exit = True
+    await serving
+    hub_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await hub_task
+
+
+async def _job(db: Database, user: str, vc: str = "default") -> str:
+    job_id = new_job_id()
+    await db.execute(
+        "INSERT INTO api.jobs (id, name, username, virtual_cluster, spec, total_gpus, state)"
+        " VALUES ($1, 'train', $2, $3, '{}', 1, 'PENDING')",
+        job_id,
+        user,
+        vc,
+    )
+    return job_id
+
+
+def submitted(job_id: str, user: str, vc: str = "default") -> JobSubmitted:
+    data = JobSubmittedData(job_id=job_id, name="train", user=user, virtual_cluster=vc, total_gpus=1)
+    return JobSubmitted(source="corral/api", subject=job_id, data=data)
+
+
+def running(job_id: str) -> JobRunning:
+    return JobRunning(
+        source="corral/launcher", subject=job_id, data=JobRunningData(job_id=job_id, generation=1)
+    )
+
+
+def started(job_id: str) -> TaskStarted:
+    data = TaskStartedData(attempt_id="att-1", job_id=job_id, node_id="n0", pid=42)
+    return TaskStarted(source="corral/launcher", subject="att-1", data=data)
+
+
+def drained(node: str) -> NodeDrained:
+    data = NodeDrainedData(node_id=node, reason="Xid 79", drained_by="monitor", evict=True)
+    return NodeDrained(source="corral/monitor", subject=node, data=data)
+
+
+def firing(job_id: str) -> AlertFiring:
+    data = AlertFiringData(
+        alert_id="alr-1", rule="JobFailed", severity="warning", summary="failed", labels={"job": job_id}
+    )
+    return AlertFiring(source="corral/alerter", subject="alr-1", data=data)
+
+
+async def publish(bus: NatsBus, *events: Envelope) -> None:
+    for event in events:
+        await bus.publish(event.nats_subject, event.model_dump_json().encode(), msg_id=event.id)
+
+
+class Stream:
+    """An SSE connection read frame by frame."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._lines = response.aiter_lines()
+        self.comments: list[str] = []
+
+    async def next_event(self, timeout_s: float = 5.0) -> dict[str, str]:
+        async with asyncio.timeout(timeout_s):
+            frame: dict[str, str] = {}
+            async for line in self._lines:
+                if not line:
+                    if "data" in frame:
+                        return frame
+                    continue
+                if line.startswith(":"):
+                    self.comments.append(line[1:].strip())
+                    continue
+                field, _, value = line.partition(": ")
+                frame[field] = frame[field] + "\n" + value if field in frame else value
+        raise AssertionError("the stream ended")
+
+    async def silence(self, seconds: float) -> list[dict[str, str]]:
+        """Whatever events arrive within ``seconds`` (none expected, usually)."""
+        events = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                events.append(await self.next_event(seconds))
+        return events
+
+
+@contextlib.asynccontextmanager
+async def stream(api: Api, token: str, **params: object) -> AsyncIterator[Stream]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if "last_event_id" in params:
+        headers["Last-Event-ID"] = str(params.pop("last_event_id"))
+    async with (
+        httpx.AsyncClient(timeout=10) as http,
+        http.stream("GET", api.url + "/api/v1/events", params=params, headers=headers) as response,  # type: ignore[arg-type]
+    ):
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield Stream(response)
+
+
+async def _subscribed(api: Api, count: int) -> None:
+    for _ in range(100):
+        if api.hub.subscribers == count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{api.hub.subscribers} subscribers, expected {count}")
+
+
+async def test_a_user_sees_only_their_jobs_events_filtered_by_vc_and_type(
+    api: Api, bus: NatsBus, db: Database
+) -> None:
+    mine_vision, mine_default = await _job(db, "alice", "vision"), await _job(db, "alice")
+    bobs = await _job(db, "bob", "vision")
+    async with stream(api, api.alice, virtual_cluster="vision", type="corral.job.*") as alice:
+        await _subscribed(api, 1)
+        events = [
+            submitted(mine_vision, "alice", "vision"),
+            submitted(mine_default, "alice"),
+            submitted(bobs, "bob", "vision"),
+            started(mine_vision),  # a task event: not corral.job.*
+            running(bobs),
+            running(mine_vision),
+        ]
+        await publish(bus, *events)
+        got = [await alice.next_event(), await alice.next_event()]
+        assert [(f["event"], json.loads(f["data"])["id"]) for f in got] == [
+            ("corral.job.submitted.v1", events[0].id),
+            ("corral.job.running.v1", events[5].id),
+        ]
+        assert got[0]["data"] == events[0].model_dump_json()  # the document exactly as on NATS
+        assert await alice.silence(0.5) == []
+    async with stream(api, api.admin, job=bobs) as admin:
+        await publish(bus, running(mine_vision), r := running(bobs))
+        assert json.loads((await admin.next_event())["data"])["id"] == r.id
+
+
+async def test_reconnecting_with_last_event_id_gets_every_missed_event_once_across_streams(
+    api: Api, bus: NatsBus, db: Database
+) -> None:
+    job = await _job(db, "alice")
+    before = [submitted(job, "alice"), running(job), drained("n0")]  # two streams
+    async with stream(api, api.alice) as first:
+        await _subscribed(api, 1)
+        await publish(bus, *before)
+        seen = [await first.next_event(), await first.next_event()]  # then the client drops
+    await _subscribed(api, 0)  # the hub noticed the disconnect
+    unread = {e.id for e in before} - {json.loads(f["data"])["id"] for f in seen}
+    missed = [started(job), drained("n1"), firing(job)]  # three streams
+    await publish(bus, *missed)
+    async with stream(api, api.alice, last_event_id=seen[-1]["id"]) as again:
+        replayed = [json.loads((await again.next_event())["data"]) for _ in range(4)]
+        live = running(job)
+        await publish(bus, live)
+        rest = [json.loads(f["data"])["id"] for f in await again.silence(1.0)]
+    ids = [e["id"] for e in replayed]
+    assert sorted(ids) == sorted(unread | {e.id for e in missed}), "a gap or a duplicate"
+    jobs_stream = [e["id"] for e in replayed if e["type"].startswith(("corral.job.", "corral.task."))]
+    assert jobs_stream == [e.id for e in before + missed if e.id in jobs_stream]  # in stream order
+    assert rest == [live.id]
+
+
+async def test_an_idle_stream_carries_keep_alives(api: Api) -> None:
+    async with stream(api, api.alice) as idle:
+        assert await idle.silence(1.0) == []
+    assert idle.comments.count("keep-alive") >= 2
+
+
+async def test_a_subscriber_too_slow_for_its_queue_catches_up_from_jetstream(
+    api: Api, bus: NatsBus, db: Database
+) -> None:
+    job = await _job(db, "alice")
+
+    def everything(_: EventFacts) -> bool:
+        return True
+
+    frames = sse(api.hub, everything, None, 5.0)
+    assert (await anext(frames)).startswith(b"retry:")
+
+    async def next_frame() -> bytes:
+        return await anext(frames)
+
+    first = asyncio.create_task(next_frame())  # registers, then waits for the first event
+    await _subscribed(api, 1)
+    burst = [running(job) for _ in range(60)]  # the queue holds 10
+    await publish(bus, *burst)
+    got = [await first]
+    await asyncio.sleep(0.5)  # a slow client: the rest overflow its queue
+    while len(got) < len(burst):
+        got.append(await asyncio.wait_for(anext(frames), 5.0))
+    await frames.aclose()
+    ids = [json.loads(f.split(b"data: ", 1)[1])["id"] for f in got]
+    assert ids == [e.id for e in burst]
+    assert api.hub.overflows >= 1
+    assert api.hub.subscribers == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "detail"),
+    [
+        ({"type": "corral.job.exploded.v1"}, {}, "unknown event type 'corral.job.exploded.v1'"),
+        ({"type": "corral.alert.rules_requested.v1"}, {}, "only an admin may receive"),
+        ({"job": "../etc/passwd"}, {}, "job"),
+        ({}, {"Last-Event-ID": "12;DROP"}, "is not an id this stream sent"),
+    ],
+)
+async def test_bad_filters_and_cursors_are_a_clear_422(
+    api: Api, params: dict[str, str], headers: dict[str, str], detail: str
+) -> None:
+    async with httpx.AsyncClient() as http:
+        response = await http.get(
+            api.url + "/api/v1/events",
+            params=params,
+            headers={"Authorization": f"Bearer {api.alice}", **headers},
+        )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert detail in response.json()["detail"]
+    assert api.hub.subscribers == 0
+
+
+async def test_the_event_stream_needs_a_token(api: Api) -> None:
+    async with httpx.AsyncClient() as http:
+        response = await http.get(api.url + "/api/v1/events")
+    assert response.status_code == 401
