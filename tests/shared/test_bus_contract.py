@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import REGISTRY
 
 from corral.local.ports import free_port
 from shared.bus import ConsumerConfig, ConsumerSpec, Delivery, run_consumer
@@ -19,7 +18,9 @@ from shared.bus.streams import JOBS
 from shared.errors import PermanentError, TransientError
 from shared.events import Event, JobSubmitted
 from shared.events.jobs import JobSubmittedData
+from shared.logs import current_job
 from shared.settings import NatsSettings
+from tests.tracing import global_tracer_provider
 
 
 @pytest.fixture(params=["nats", "memory"])
@@ -44,18 +45,6 @@ def _event(job: str, name: str = "hello") -> JobSubmitted:
 
 async def _publish(bus: Bus, event: JobSubmitted) -> None:
     await bus.publish(event.nats_subject, event.model_dump_json().encode(), msg_id=event.id)
-
-
-@contextmanager
-def _global_tracer_provider(provider: TracerProvider) -> Iterator[None]:
-    """The consumer loop's module-level tracer is a proxy: it follows the global provider."""
-    trace._TRACER_PROVIDER_SET_ONCE._done = False  # test-only: allow setting it here
-    trace.set_tracer_provider(provider)
-    try:
-        yield
-    finally:
-        trace._TRACER_PROVIDER_SET_ONCE._done = False
-        trace._TRACER_PROVIDER = None
 
 
 CONFIG = ConsumerConfig(stream=JOBS.name, durable="contract", filter_subjects=("corral.job.submitted.>",))
@@ -168,6 +157,7 @@ async def test_a_crashing_handler_is_retried_then_dead_lettered(any_bus: Bus) ->
     calls = 0
     sink = RecordingSink()
     done = asyncio.Event()
+    before = {outcome: _consumed("crashy", outcome) for outcome in ("nacked", "dead_lettered", "redelivered")}
 
     async def handle(_: Event) -> None:
         nonlocal calls
@@ -180,6 +170,19 @@ async def test_a_crashing_handler_is_retried_then_dead_lettered(any_bus: Bus) ->
     assert calls == 3
     assert len(sink.records) == 1
     assert "gave up after 3 deliveries" in sink.records[0][1]
+    # What /metrics shows of it: two retries, each a redelivery, then the dead letter.
+    after = {outcome: _consumed("crashy", outcome) for outcome in before}
+    assert {k: after[k] - before[k] for k in before} == {"nacked": 2, "dead_lettered": 1, "redelivered": 2}
+
+
+def _consumed(consumer: str, outcome: str) -> float:
+    if outcome == "redelivered":
+        value = REGISTRY.get_sample_value("corral_events_redelivered_total", {"consumer": consumer})
+    else:
+        value = REGISTRY.get_sample_value(
+            "corral_events_consumed_total", {"consumer": consumer, "outcome": outcome}
+        )
+    return value or 0.0
 
 
 async def test_a_durable_consumer_resumes_where_it_stopped(any_bus: Bus) -> None:
@@ -213,7 +216,6 @@ async def test_nats_bus_reports_an_unreachable_server() -> None:
 
 
 async def test_the_handler_continues_the_publishers_trace(any_bus: Bus) -> None:
-    provider = TracerProvider()
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     event = _event("job-traced")
     await any_bus.publish(
@@ -223,13 +225,16 @@ async def test_the_handler_continues_the_publishers_trace(any_bus: Bus) -> None:
         headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
     )
     seen: list[str] = []
+    jobs: list[str | None] = []  # the job the handler's log lines are stamped with
     done = asyncio.Event()
 
     async def handle(_: Event) -> None:
         seen.append(format(trace.get_current_span().get_span_context().trace_id, "032x"))
+        jobs.append(current_job())
         done.set()
 
     spec = ConsumerSpec(CONFIG, handle, fetch_timeout_s=0.2)
-    with _global_tracer_provider(provider):
+    with global_tracer_provider():
         await _consume_until(any_bus, spec, RecordingSink(), done)
     assert seen == [trace_id]
+    assert jobs == ["job-traced"]

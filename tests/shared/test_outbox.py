@@ -6,7 +6,8 @@ import asyncio
 from collections import defaultdict
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry import trace
+from prometheus_client import REGISTRY
 
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
@@ -14,6 +15,7 @@ from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
 from shared.outbox import OutboxRelay, append
 from shared.settings import NatsSettings
+from tests.tracing import global_tracer_provider
 
 
 def _event(job: str, name: str = "step") -> JobSubmitted:
@@ -64,20 +66,33 @@ async def test_a_rolled_back_change_leaves_no_event(db: Database) -> None:
 async def test_relay_publishes_with_msg_id_and_traceparent_then_marks_sent(
     db: Database, bus: NatsBus
 ) -> None:
-    provider = TracerProvider()
-    tracer = provider.get_tracer("test")
-    with tracer.start_as_current_span("submit") as span:
-        async with db.transaction() as conn:
-            event = _event("job-1")
-            await append(conn, event, aggregate="job-1")
-        trace_id = format(span.get_span_context().trace_id, "032x")
-    relay = OutboxRelay(db, bus)
-    assert await relay.relay_pending() == 1
+    published_before = _sample("corral_events_published_total", type="job.submitted")
+    lags_before = _sample("corral_outbox_lag_seconds_count")
+    with global_tracer_provider() as spans:
+        with trace.get_tracer("test").start_as_current_span("submit") as span:
+            async with db.transaction() as conn:
+                event = _event("job-1")
+                await append(conn, event, aggregate="job-1")
+            trace_id = format(span.get_span_context().trace_id, "032x")
+        relay = OutboxRelay(db, bus)
+        assert await relay.relay_pending() == 1
     [(subject, data, headers)] = await _stream_messages(bus)
     assert subject == "corral.job.submitted.job-1"
     assert headers["Nats-Msg-Id"] == event.id
-    assert trace_id in headers["traceparent"]
+    # The envelope keeps the submit's context; the header carries the relay's PRODUCER
+    # span, a child of the submit, which the consumer continues.
     assert trace_id in JobSubmitted.model_validate_json(data).traceparent  # type: ignore[operator]
+    [send] = [s for s in spans.get_finished_spans() if s.name == "send corral.job.submitted"]
+    assert send.kind is trace.SpanKind.PRODUCER
+    assert send.parent is not None
+    assert send.parent.span_id == span.get_span_context().span_id
+    assert headers["traceparent"].startswith(f"00-{trace_id}-{send.context.span_id:016x}-")
+    assert send.attributes is not None
+    assert send.attributes["messaging.message.id"] == event.id
+    assert _sample("corral_events_published_total", type="job.submitted") == published_before + 1
+    assert _sample("corral_outbox_lag_seconds_count") == lags_before + 1
+    assert _sample("corral_outbox_unsent_events") == 0  # the pass looks again once it sent
+    assert _sample("corral_outbox_oldest_unsent_seconds") == 0
     row = await db.fetchrow("SELECT sent_at FROM corral.outbox")
     assert row is not None
     assert row["sent_at"] is not None
@@ -141,3 +156,7 @@ async def test_rows_wait_while_nats_is_down_and_go_out_when_it_is_back(db: Datab
         assert len(await _stream_messages(again)) == 1
     finally:
         await again.close()
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
