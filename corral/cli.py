@@ -5,7 +5,8 @@
 ``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``); ``corral nodes``,
 ``corral gpus``, ``corral drain NODE``, ``corral undrain NODE``, ``corral alerts``,
 ``corral ack ALERT``, ``corral resolve ALERT``, ``corral alert-rules``, ``corral why JOB``,
-``corral services``, ``corral vcs`` and ``corral vc set|delete`` talk to the API
+``corral services``, ``corral vcs``, ``corral vc set|delete``, ``corral webhooks`` and
+``corral webhook create|delete|deliveries`` talk to the API
 (``CORRAL_URL``, ``CORRAL_TOKEN`` or ``$CORRAL_HOME/admin-token``). The other user-facing
 commands (submit, jobs, logs, ...) arrive with the SDK/CLI issue.
 """
@@ -16,11 +17,11 @@ import argparse
 import runpy
 import sys
 
-from corral.commands import alerts, jobs, nodes, services, vcs
+from corral.commands import alerts, jobs, nodes, services, vcs, webhooks
 from corral.commands.client import CommandError
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
 
-API_COMMANDS = (nodes, alerts, jobs, services, vcs)
+API_COMMANDS = (nodes, alerts, jobs, services, vcs, webhooks)
 
 
 def main(argv: list[str] | None = None) -> int:

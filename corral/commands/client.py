@@ -45,4 +45,4 @@ def request(method: str, path: str, **kwargs: Any) -> Any:
         except ValueError:
             message = response.text
         raise CommandError(f"{response.status_code}: {message}")
-    return response.json()
+    return response.json() if response.content else None  # a 204 has no body

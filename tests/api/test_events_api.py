@@ -10,20 +10,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import httpx
 import pytest
-import uvicorn
 
-from corral.local.ports import free_port
-from services.api.app import create_app
-from services.api.auth import hash_token
-from services.api.event_hub import EventHub
-from services.api.event_scope import EventFacts, Scopes
-from services.api.repository import ApiRepository
+from services.api.event_scope import EventFacts
 from services.api.routes_events import sse
-from services.api.settings import ApiSettings, Settings
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.events import AlertFiring, Envelope, JobRunning, JobSubmitted, NodeDrained, TaskStarted
@@ -31,45 +23,7 @@ from shared.events.alerts import AlertFiringData
 from shared.events.jobs import JobRunningData, JobSubmittedData, TaskStartedData
 from shared.events.nodes import NodeDrainedData
 from shared.ids import new_job_id
-from shared.service import Health
-
-
-@dataclass
-class Api:
-    url: str
-    hub: EventHub
-    admin: str  # tokens
-    alice: str
-
-
-@pytest.fixture
-async def api(db: Database, bus: NatsBus, admin_token: str) -> AsyncIterator[Api]:
-    """The API with its event hub, served on a real port."""
-    settings = Settings(api=ApiSettings(sse_keepalive_s=0.3, sse_queue_limit=10))
-    hub = EventHub(bus.js, Scopes(db), settings.api.sse_queue_limit)
-    app = create_app(ApiRepository(db), Health("api", {}), settings, None, hub)
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
-        )
-    )
-    hub_task, serving = asyncio.create_task(hub.run()), asyncio.create_task(server.serve())
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as http:
-        for _ in range(200):
-            with contextlib.suppress(httpx.TransportError):
-                if (await http.get(url + "/healthz")).status_code == 200:
-                    break
-            await asyncio.sleep(0.05)
-    assert await hub.wait_ready(5.0)
-    yield Api(url, hub, admin_token, "crl_alice")
-    server.should_exit = True
-    await serving
-    hub_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await hub_task
+from tests.api.conftest import Api
 
 
 async def _job(db: Database, user: str, vc: str = "default") -> str:

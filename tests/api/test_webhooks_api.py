@@ -3,7 +3,7 @@ public ``standardwebhooks`` package verifies them (also during a secret rotation
 both signatures), retried with growing delays after a 500, an endpoint answering 410
 disabled, redelivery by hand, one delivery per event however often it is delivered, the
 delivery log with response codes; bad input refused with a problem that names it and
-nothing stored; a user sees and receives only what is theirs."""
+nothing stored; a user sees and receives only what is theirs; ``corral webhook``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
+from corral import cli
 from services.api.auth import hash_token
 from services.api.event_hub import EventHub
 from services.api.event_scope import Scopes
@@ -29,6 +30,7 @@ from shared.db.pool import Database
 from shared.deadletters import PostgresDeadLetters
 from shared.events import JobFailed, JobSucceeded
 from shared.events.jobs import JobEndedData
+from tests.api.conftest import Api
 from tests.api.test_events_api import _job, publish, running, submitted
 from tests.receivers import Receivers
 
@@ -290,3 +292,30 @@ async def test_a_user_sees_and_receives_only_their_own(
 
         assert (await alice.delete(f"/api/v1/webhooks/{mine['id']}")).status_code == 204
         assert (await alice.get(f"/api/v1/webhooks/{mine['id']}")).status_code == 404
+
+
+async def test_corral_webhook_commands(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CORRAL_URL", api.url)
+    monkeypatch.setenv("CORRAL_TOKEN", api.alice)
+
+    async def corral(*argv: str) -> tuple[int, str, str]:
+        code = await asyncio.to_thread(cli.main, list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = await corral("webhook", "create", "https://hooks.example.com/x", "--type", "corral.job.*")
+    assert code == 0
+    assert "signing secret (shown only now, keep it): whsec_" in out
+    hook_id = out.split()[6]  # the first cell under the header
+    assert hook_id.startswith("whk-")
+    code, out, _ = await corral("webhooks")
+    assert (code, out.splitlines()[1].split()[:3]) == (0, [hook_id, "alice", "yes"])
+    code, out, _ = await corral("webhook", "deliveries", hook_id)
+    assert (code, out.split()[:2]) == (0, ["DELIVERY", "EVENT"])
+    code, _, err = await corral("webhook", "create", "https://x.example/", "--type", "corral.nope")
+    assert code == 1
+    assert "unknown event type 'corral.nope'" in err
+    code, out, _ = await corral("webhook", "delete", hook_id)
+    assert (code, out.strip()) == (0, f"webhook {hook_id} deleted")
