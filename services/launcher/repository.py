@@ -202,7 +202,7 @@ async def request_stop(
     if attempt.state == "ASSIGNED":
         await conn.fetchval(SQL.stop_unstarted, attempt.id, reason)
         return
-    node_id = await conn.fetchval(SQL.request_stop, attempt.id, reason)
+    node_id = await conn.fetchval(SQL.request_stop, attempt.id, reason, platform)
     if node_id is None:
         return  # already asked, or it ended meanwhile
     event = TaskStopRequested(

@@ -295,6 +295,7 @@ CREATE TABLE launcher.attempts (
     classification text,
     stop_requested_at timestamp with time zone,
     stop_reason text,
+    stop_platform text,
     CONSTRAINT attempts_classification_check CHECK ((classification = ANY (ARRAY['transient'::text, 'permanent'::text, 'unknown'::text]))),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );

@@ -17,16 +17,15 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from services.api.repository import ApiRepository
 from services.launcher.kubernetes.driver import KubernetesDriver
 from services.launcher.kubernetes.names import pod_name
 from services.launcher.kubernetes.runner import KubernetesRunner
 from services.launcher.kubernetes.settings import KubernetesSettings
+from services.launcher.repository import SQL
 from shared.db.pool import Database
 from shared.events import TaskAssigned, parse_event
 from shared.events.jobs import TaskAssignedData
-from shared.ids import new_attempt_id
-from shared.jobs import JobSpec
+from tests.launcher import attempts
 from tests.launcher.fake_kube_api import FakeKubeApi, running, terminated
 
 NODE = "k8s-gpu-1"
@@ -39,54 +38,13 @@ async def runner(db: Database, kube: FakeKubeApi) -> AsyncIterator[KubernetesRun
         runner = KubernetesRunner(
             db, KubernetesDriver(client, SETTINGS), node_pattern="^k8s-", stop_grace_s=5
         )
-        await known_nodes(db)
+        await attempts.known_nodes(db, NODE, "local")  # only one is Kubernetes'
         await runner.hold_leases(15)
         yield runner
 
 
-async def known_nodes(db: Database) -> None:
-    for node in (NODE, "local"):  # nodes the monitor knows; only one is Kubernetes'
-        await db.execute(
-            "INSERT INTO monitor.nodes (id, hostname, simulated, state, gpu_count, last_heartbeat)"
-            " VALUES ($1, $1, true, 'READY', 8, now())",
-            node,
-        )
-
-
 async def assigned(db: Database, instances: int = 2, state: str = "ASSIGNED") -> list[str]:
-    """A scheduled 2-task gang on NODE, its attempts in ``state``; their ids."""
-    spec = JobSpec.model_validate(
-        {
-            "name": "train",
-            "tasks": [
-                {
-                    "name": "worker",
-                    "instances": instances,
-                    "command": "python train.py",
-                    "image": "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime",
-                    "resources": {"gpus": 1},
-                }
-            ],
-        }
-    )
-    job_id = (await ApiRepository(db).submit_job(spec, "alice"))["id"]
-    await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
-    attempts: list[str] = []
-    for index in range(instances):
-        attempt_id = new_attempt_id()
-        await db.execute(
-            "INSERT INTO launcher.attempts (id, job_id, generation, task_role, task_index, attempt_no,"
-            " node_id, gpu_indices, state, ports) VALUES ($1, $2, 1, 'worker', $3, 1, $4, $5, $6,"
-            " '{\"master\": [29500]}')",
-            attempt_id,
-            job_id,
-            index,
-            NODE,
-            [index],
-            state,
-        )
-        attempts.append(attempt_id)
-    return attempts
+    return await attempts.assigned(db, NODE, instances, state)
 
 
 async def until(condition: Callable[[], object], what: str) -> None:
@@ -175,6 +133,27 @@ async def _state_is(db: Database, attempt_id: str, state: str) -> bool:
     return (await attempt(db, attempt_id))["state"] == state
 
 
+async def test_a_pod_the_platform_stopped_ends_as_the_platform_said(
+    db: Database, kube: FakeKubeApi, runner: KubernetesRunner
+) -> None:
+    """A preempted pod ends like any deleted pod (143): the stop request's platform
+    condition makes it transient (requeued, uncounted), even when the runner acts on the
+    request from its reconcile loop, before (or without) the request's event."""
+    (attempt_id,) = await assigned(db, instances=1)
+    await runner.start_attempt(attempt_id, NODE)
+    async with following(runner):
+        kube.set_status(pod_name(attempt_id), running())
+        await until(lambda: _state_is(db, attempt_id, "RUNNING"), "running")
+        assert await db.fetchval(SQL.request_stop, attempt_id, "preempted for job-x", "preempted") == NODE
+        await runner.reconcile()
+        assert ("pod", pod_name(attempt_id), 5) in kube.deletions  # with the grace period
+        kube.set_status(pod_name(attempt_id), terminated(143, "Error"))
+        await until(lambda: _state_is(db, attempt_id, "EXITED"), "ended")
+    ended = await attempt(db, attempt_id)
+    assert (ended["exit_code"], ended["classification"]) == (143, "transient")
+    assert ended["reason"] == "stopped: preempted for job-x"
+
+
 async def test_another_runner_holding_the_node_fences_this_one(
     db: Database, kube: FakeKubeApi, runner: KubernetesRunner
 ) -> None:
@@ -214,7 +193,7 @@ async def test_the_launcher_service_runs_tasks_as_pods_when_told_to(
         "users: [{name: fake, user: {token: not-checked}}]\n"
         "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: corral}}]\n"
     )
-    await known_nodes(db)
+    await attempts.known_nodes(db, NODE, "local")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "KUBERNETES_"))},
         "CORRAL_DATABASE_URL": database_url,

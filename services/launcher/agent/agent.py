@@ -323,7 +323,14 @@ class NodeAgent:
             attempt_id = row["id"]
             if attempt_id in self._tasks:
                 if row["stop_requested_at"] is not None:
-                    self.stop(attempt_id, row["stop_reason"] or "stop requested", self._grace_s)
+                    # The request's platform condition comes with it: this loop may see the
+                    # request before its event does, and the end must be classified alike.
+                    self.stop(
+                        attempt_id,
+                        row["stop_reason"] or "stop requested",
+                        self._grace_s,
+                        platform=row["stop_platform"],
+                    )
                 continue
             if row["state"] == "ASSIGNED":
                 await self.start_attempt(attempt_id)
@@ -336,6 +343,7 @@ class NodeAgent:
                 log_path=Path(row["log_path"]) if row["log_path"] else None,
                 rules=tuple(spec.retry.rules),
                 stop_reason=row["stop_reason"] if row["stop_requested_at"] else None,
+                platform=row["stop_platform"] if row["stop_requested_at"] else None,
             )
             await self._settle_unwatched(task, row["state"], row["pid"], row["pid_start_ticks"], spec)
         await asyncio.to_thread(kill_orphans, self._state_dir, live | set(self._tasks))

@@ -152,14 +152,17 @@ class KubernetesRunner:
         if row is None or row["node_id"] not in self.epochs or row["state"] not in ("STARTING", "RUNNING"):
             return  # not ours, or already settled (a repeated report changes nothing)
         spec = JobSpec.model_validate(row["spec"])
+        # A pod the platform stopped (preempted, its GPU lost) ends like any deleted pod;
+        # what the pod's status says comes first, then why the platform stopped it.
+        platform = ended.platform or row["stop_platform"]
         verdict = classify(
-            TaskEnd(ended.exit_code, ended.signal, ended.platform, await self._log_tail(attempt_id)),
+            TaskEnd(ended.exit_code, ended.signal, platform, await self._log_tail(attempt_id)),
             spec.retry.rules,
         )
         reason = ended.reason or verdict.reason
         if row["stop_reason"]:
             reason = f"stopped: {row['stop_reason']}"
-        lost = ended.exit_code is None and ended.signal is None and ended.platform in (None, "task_lost")
+        lost = ended.exit_code is None and ended.signal is None and platform in (None, "task_lost")
         async with self._db.transaction() as conn:
             job_id = await record_end(
                 conn,

@@ -30,7 +30,7 @@ RETURNING job_id;
 
 -- name: live_attempts_on_node
 SELECT a.id, a.job_id, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role, a.task_index,
-       a.attempt_no, a.stop_requested_at, a.stop_reason, j.spec
+       a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec
 FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.node_id = $1 AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
 

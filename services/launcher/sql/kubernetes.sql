@@ -13,6 +13,6 @@ WHERE a.node_id = ANY($1::text[]) AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNI
 
 -- name: attempt_for_report
 -- What reporting an attempt's pod needs: its node (fencing) and its job's rules.
-SELECT a.node_id, a.job_id, a.state, a.stop_reason, j.spec
+SELECT a.node_id, a.job_id, a.state, a.stop_reason, a.stop_platform, j.spec
 FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.id = $1;

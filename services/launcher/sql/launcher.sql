@@ -29,7 +29,7 @@ FROM launcher.attempts WHERE job_id = $1 AND generation = $2
 ORDER BY finished_at NULLS LAST, id;
 
 -- name: request_stop
-UPDATE launcher.attempts SET stop_requested_at = now(), stop_reason = $2
+UPDATE launcher.attempts SET stop_requested_at = now(), stop_reason = $2, stop_platform = $3
 WHERE id = $1 AND stop_requested_at IS NULL AND state IN ('STARTING', 'RUNNING')
 RETURNING node_id;
 
