@@ -151,6 +151,13 @@ class _Planner:
         self.reservation: _Reservation | None = None
         self.victim_searches = 0
         self._order = {job.job_id: n for n, job in enumerate(pending)}
+        # Bumped whenever the cycle changes what an explanation reads (a placement, a
+        # preemption, a reservation): between two bumps, jobs of one shape wait for the
+        # same reason in the same words, so thousands of waiting jobs cost a few
+        # explanations, not one each (only their positions differ).
+        self.version = 0
+        self._explained: dict[tuple[object, ...], tuple[PendingReason, str]] = {}
+        self._explained_at = 0  # the version the memo holds answers for
 
     def by_cost(self, gpu_type: str) -> list[RunningJob]:
         """Running jobs of a type as possible victims, cheapest first: already stopping,
@@ -177,6 +184,8 @@ class _Planner:
     def guaranteed_types(self, job: PendingJob) -> list[str]:
         """Types on which the whole job fits in its VC's remaining quota, most room first."""
         types = [t for t in self.candidate_types(job) if self.headroom(job, t) >= job.gpus]
+        if len(types) < 2:
+            return types
         return sorted(types, key=lambda t: -self.headroom(job, t))
 
     def has_quota(self, job: PendingJob) -> bool:
@@ -231,8 +240,8 @@ class _Planner:
         guaranteed = self.guaranteed_types(job)
         shape = self.shape_of(job, bool(guaranteed))
         if shape in self.hopeless:
-            return self.explain(job, guaranteed)
-        reason = self.place_or_preempt(job, types, guaranteed)
+            return self.explain(job, guaranteed, shape)
+        reason = self.place_or_preempt(job, types, guaranteed, shape)
         if reason is None or reason[0] == "WaitingForPreemption":
             return reason
         self.hopeless.add(shape)
@@ -250,7 +259,7 @@ class _Planner:
         return (job.vc, job.tasks, job.gpu_type, job.topology, job.priority, guaranteed, backfill)
 
     def place_or_preempt(
-        self, job: PendingJob, types: list[str], guaranteed: list[str]
+        self, job: PendingJob, types: list[str], guaranteed: list[str], shape: tuple[object, ...]
     ) -> tuple[PendingReason, str] | None:
         for gpu_type in guaranteed:
             if self.try_place(job, gpu_type, borrowed=False):
@@ -277,7 +286,7 @@ class _Planner:
             victims = self.find_victims(job, gpu_type, self.candidates(job, gpu_type, "priority"))
             if victims is not None:
                 return self.preempt_for(job, victims, "preempted for a higher-priority job")
-        return self.explain(job, guaranteed)
+        return self.explain(job, guaranteed, shape)
 
     def try_place(self, job: PendingJob, gpu_type: str, *, borrowed: bool) -> bool:
         placements = place_gang(job, self.index, gpu_type)
@@ -290,6 +299,7 @@ class _Planner:
         self, job: PendingJob, gpu_type: str, placements: list[InstancePlacement], borrowed: bool
     ) -> None:
         self.result.decisions.append(Decision(job, placements, borrowed=borrowed and job.gpus > 0))
+        self.version += 1
         self.tally.add(job.vc, job.user, gpu_type, job.gpus, borrowed and job.gpus > 0)
 
     # --- backfill ---------------------------------------------------------------------
@@ -358,6 +368,7 @@ class _Planner:
                 self.index.take_exact(placement.node_id, now_free)
                 withheld.setdefault(placement.node_id, []).extend(now_free)
         self.reservation = _Reservation(job.job_id, withheld, start_s)
+        self.version += 1
 
     # --- preemption -------------------------------------------------------------------
 
@@ -446,6 +457,7 @@ class _Planner:
         return needed
 
     def preempt_for(self, job: PendingJob, victims: list[_Candidate], why: str) -> tuple[PendingReason, str]:
+        self.version += 1  # victims claimed, the placement's free GPUs held for the job
         names = []
         for victim in victims:
             self.claimed.add(victim.job.job_id)
@@ -459,7 +471,24 @@ class _Planner:
 
     # --- why it waits -----------------------------------------------------------------
 
-    def explain(self, job: PendingJob, guaranteed: list[str]) -> tuple[PendingReason, str]:
+    def explain(
+        self, job: PendingJob, guaranteed: list[str], shape: tuple[object, ...]
+    ) -> tuple[PendingReason, str]:
+        """Why a job that was neither placed nor given victims waits (memoised by shape
+        until the cycle next changes the state; see ``version``)."""
+        key = (shape, tuple(guaranteed))
+        cached = self._explained.get(key) if self._explained_at == self.version else None
+        if cached is not None:
+            return cached
+        if self._explained_at != self.version:
+            self._explained = {}
+            self._explained_at = self.version
+        answer = self._explain(job, guaranteed)
+        if self._explained_at == self.version:  # explaining it reserved nothing
+            self._explained[key] = answer
+        return answer
+
+    def _explain(self, job: PendingJob, guaranteed: list[str]) -> tuple[PendingReason, str]:
         types = [t for t in self.candidate_types(job) if self.index.largest(t)]
         if not types:
             kind = f" of type {job.gpu_type}" if job.gpu_type else ""
