@@ -16,7 +16,7 @@ recorded by the shared runtime, so every service has them:
   ``corral_outbox_unsent_events`` and ``corral_outbox_oldest_unsent_seconds`` (the
   backlog as this process's relay last saw it; every relay sees the whole outbox).
 
-``deploy/grafana/corral.json`` charts them; tests/shared/test_metrics.py holds the
+``deploy/grafana/corral.json`` charts them; tests/deploy/test_grafana_dashboard.py holds the
 dashboard to the names defined here.
 """
 
