@@ -15,6 +15,7 @@ from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
+from services.api.audit import AuditLog
 from services.api.auth import TokenCache, bootstrap_admin
 from services.api.deps import AskScheduler
 from services.api.event_hub import EventHub
@@ -24,14 +25,19 @@ from services.api.problems import install_problem_handlers, problem
 from services.api.repository import ApiRepository
 from services.api.routes_alert_rules import router as alert_rules_router
 from services.api.routes_alerts import router as alerts_router
+from services.api.routes_audit import router as audit_router
 from services.api.routes_events import router as events_router
+from services.api.routes_groups import router as groups_router
 from services.api.routes_jobs import router as jobs_router
 from services.api.routes_nodes import router as nodes_router
 from services.api.routes_services import router as services_router
 from services.api.routes_silences import router as silences_router
+from services.api.routes_tokens import router as tokens_router
+from services.api.routes_users import router as users_router
 from services.api.routes_vcs import router as vcs_router
 from services.api.routes_webhooks import router as webhooks_router
 from services.api.settings import Settings
+from services.api.tenant_repository import TenantRepository
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.metrics import HttpMetrics, exposition
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
@@ -78,6 +84,8 @@ def create_app(
     app.state.event_hub = event_hub
     app.state.api_settings = settings.api
     app.state.webhook_wake = asyncio.Event()  # set when a delivery is queued by hand
+    # Innermost: it sees the route matched and the principal verified (audit.py).
+    app.add_middleware(AuditLog, repo=TenantRepository(repo.db))
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     app.add_middleware(HttpMetrics)
     # Each request is a server span, the root of the trace its events continue. The ASGI
@@ -95,6 +103,10 @@ def create_app(
     app.include_router(vcs_router)
     app.include_router(events_router)
     app.include_router(webhooks_router)
+    app.include_router(tokens_router)
+    app.include_router(users_router)
+    app.include_router(groups_router)
+    app.include_router(audit_router)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

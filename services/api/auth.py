@@ -1,9 +1,18 @@
-"""Bearer tokens: stored as SHA-256 hashes, never in the clear.
+"""Bearer tokens: stored as SHA-256 hashes, never in the clear; scopes, expiry, revocation.
 
 The bootstrap admin token is generated on first start into ``$CORRAL_HOME/admin-token``
 (mode 0600) and its hash upserted, so a fresh ``make up`` prints a token that works and
 a second one keeps it. Tokens are high-entropy random strings, so a plain SHA-256 (not
 a slow password hash) is the right way to store them: it makes lookup one indexed read.
+
+Scopes. A token holds some of ``read``, ``submit`` and ``admin``; each implies the ones
+before it (``SCOPE_ORDER``), so a ``submit`` token can read what it submitted and an
+``admin`` token can do all three. What a request needs follows from its method, here,
+once, so no route can forget: reads (GET, HEAD) need ``read``, everything else
+``submit``; admin-only operations also call ``deps.require_admin``, which needs ``admin``.
+A token acts for its user only with the scopes that user may still hold (``admin`` only
+while the user is an admin), checked on every verification: demoting a user disarms their
+admin tokens within ``TOKEN_CACHE_S``, and a token can never carry more than its user.
 """
 
 from __future__ import annotations
@@ -12,29 +21,59 @@ import hashlib
 import os
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Request
 
 from services.api.repository import ApiRepository
-from shared.errors import Unauthorized
+from shared.clock import utcnow
+from shared.errors import Forbidden, Unauthorized
 
 # A verified token is trusted for this long without asking Postgres again; revoking a
 # token therefore takes effect within this many seconds.
 TOKEN_CACHE_S = 5.0
 TOKEN_PREFIX = "crl_"  # noqa: S105  # a prefix that makes leaked tokens greppable, not a secret
+BOOTSTRAP_TOKEN_ID = "tok-admin-bootstrap"  # noqa: S105  # an id, not a secret
+
+Scope = Literal["read", "submit", "admin"]
+SCOPE_ORDER: tuple[Scope, ...] = ("read", "submit", "admin")
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def implied(scopes: Iterable[str]) -> frozenset[Scope]:
+    """Every scope the given ones grant: each implies those before it in ``SCOPE_ORDER``."""
+    highest = max((SCOPE_ORDER.index(s) for s in scopes if s in SCOPE_ORDER), default=-1)
+    return frozenset(SCOPE_ORDER[: highest + 1])
+
+
+def allowed_for_role(role: str) -> frozenset[Scope]:
+    """The scopes a user of this role may hold."""
+    return frozenset(SCOPE_ORDER) if role == "admin" else frozenset(("read", "submit"))
 
 
 @dataclass(frozen=True)
 class Principal:
+    """Who is asking: the token's user, and the scopes this token grants them now."""
+
     username: str
     role: str
+    scopes: frozenset[Scope] = frozenset(SCOPE_ORDER)
+    token_id: str | None = None
 
     @property
     def is_admin(self) -> bool:
-        return self.role == "admin"
+        """Acts as an admin: an admin user, with a token that carries ``admin``. An admin's
+        read-only token sees what any user sees, no more."""
+        return self.role == "admin" and "admin" in self.scopes
+
+    @property
+    def vc_user(self) -> str | None:
+        """Whom VC access lists apply to: None for an admin, who may use every VC."""
+        return None if self.is_admin else self.username
 
 
 def hash_token(token: str) -> str:
@@ -56,10 +95,12 @@ def load_or_create_admin_token(path: Path) -> str:
 
 async def bootstrap_admin(repo: ApiRepository, path: Path) -> None:
     token = load_or_create_admin_token(path)
-    await repo.upsert_token("tok-admin-bootstrap", "bootstrap admin", hash_token(token), "admin", "admin")
+    await repo.upsert_token(BOOTSTRAP_TOKEN_ID, "bootstrap admin", hash_token(token), "admin", "admin")
 
 
 async def current_principal(request: Request) -> Principal:
+    """The verified caller, if this token's scopes allow the request's method (403 if
+    not). Also left in ``request.state.principal`` for the audit log."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -73,15 +114,44 @@ async def current_principal(request: Request) -> Principal:
     if principal is None:
         repo: ApiRepository = request.app.state.repo
         row = await repo.token_by_hash(digest)
-        if row is None:
-            raise Unauthorized("the bearer token is unknown or revoked")
-        principal = Principal(username=row["username"], role=row["role"])
-        cache.put(digest, principal)
+        principal = _verified(row)
+        cache.put(digest, principal, row["expires_at"] if row else None)
+    request.state.principal = principal
+    needed: Scope = "read" if request.method in _READ_METHODS else "submit"
+    if needed not in principal.scopes:
+        held = ", ".join(s for s in SCOPE_ORDER if s in principal.scopes) or "none"
+        raise Forbidden(
+            f"this token has the scopes {held}; {request.method} needs a token with the {needed!r} scope"
+            " (create one with POST /api/v1/tokens)"
+        )
     return principal
 
 
+def _verified(row: dict[str, object] | None) -> Principal:
+    if row is None:
+        raise Unauthorized("the bearer token is unknown; check it, or ask an admin for a new one")
+    if row["revoked_at"] is not None:
+        raise Unauthorized("the bearer token was revoked; create a new one (POST /api/v1/tokens)")
+    expires_at = row["expires_at"]
+    if isinstance(expires_at, datetime) and expires_at <= utcnow():
+        raise Unauthorized(
+            f"the bearer token expired at {expires_at.isoformat()}; create a new one (POST /api/v1/tokens)"
+        )
+    role = str(row["role"])
+    stored = row["scopes"]
+    assert isinstance(stored, list)
+    return Principal(
+        username=str(row["username"]),
+        role=role,
+        scopes=implied(stored) & allowed_for_role(role),
+        token_id=str(row["id"]),
+    )
+
+
 class TokenCache:
-    """Verified token hashes → principals, for ``TOKEN_CACHE_S``; bounded in size."""
+    """Verified token hashes → principals, for ``TOKEN_CACHE_S`` (less when the token
+    expires sooner); bounded in size. This process forgets a revoked token at once
+    (``forget``); other API processes within ``TOKEN_CACHE_S``."""
 
     def __init__(self, ttl_s: float = TOKEN_CACHE_S, max_entries: int = 10_000) -> None:
         self._ttl_s = ttl_s
@@ -95,10 +165,20 @@ class TokenCache:
             return None
         return entry[1]
 
-    def put(self, digest: str, principal: Principal) -> None:
+    def put(self, digest: str, principal: Principal, expires_at: datetime | None = None) -> None:
         if len(self._entries) >= self._max:
             self._entries.clear()  # crude but bounded: a flood of tokens cannot grow memory
-        self._entries[digest] = (time.monotonic() + self._ttl_s, principal)
+        ttl_s = self._ttl_s
+        if expires_at is not None:
+            ttl_s = min(ttl_s, (expires_at - utcnow()).total_seconds())
+        self._entries[digest] = (time.monotonic() + ttl_s, principal)
+
+    def forget(self, digests: list[str] | None = None) -> None:
+        """Drop these tokens (revoked), or every token (a user deleted or demoted)."""
+        if digests is None:
+            self._entries.clear()
+        for digest in digests or []:
+            self._entries.pop(digest, None)
 
 
 AuthenticatedPrincipal = Annotated[Principal, Depends(current_principal)]

@@ -19,7 +19,10 @@ def repository(request: Request) -> ApiRepository:
 
 
 def require_admin(principal: Principal, to: str) -> None:
-    """403 unless an admin asks; ``to`` says what only an admin may do."""
+    """403 unless an admin asks with a token that carries the ``admin`` scope; ``to`` says
+    what only an admin may do."""
+    if principal.role == "admin" and not principal.is_admin:
+        raise Forbidden(f"only an admin may {to}, and this token lacks the 'admin' scope; use one with it")
     if not principal.is_admin:
         raise Forbidden(f"only an admin may {to}")
 

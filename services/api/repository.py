@@ -1,4 +1,9 @@
-"""All of the API's SQL: jobs as submitted, reads for queries, tokens."""
+"""All of the API's SQL: jobs as submitted, reads for queries, tokens.
+
+Users, groups, token management and the audit log are in ``tenant_repository.py``;
+webhooks in ``webhook_repository.py``. ``vc_user`` arguments name the user whom VC
+access lists apply to (None: an admin, who may use and see every VC).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any, Literal
 from services.api.admission import ClusterShape, ShapeCache, check_can_ever_run
 from shared.db.pool import Connection, Database
 from shared.db.queries import Queries
-from shared.errors import Conflict, InvalidInput, NotFound
+from shared.errors import Conflict, Forbidden, InvalidInput, NotFound
 from shared.events import (
     AlertActionRequested,
     AlertRulesRequested,
@@ -49,15 +54,15 @@ class ApiRepository:
         async with self.db.transaction() as conn:
             await append(conn, event, aggregate=aggregate)
 
-    async def submit_job(self, spec: JobSpec, username: str) -> dict[str, Any]:
+    async def submit_job(self, spec: JobSpec, username: str, vc_user: str | None) -> dict[str, Any]:
         """Store the job as PENDING and its ``job.submitted`` event, atomically.
 
-        Refused (``InvalidInput``, nothing stored) when its VC does not exist or no
-        registered node could ever hold it."""
+        Refused (nothing stored) when its VC does not exist or the user may not use it, or
+        no registered node could ever hold it."""
         check_can_ever_run(spec, await self.shapes.get())
         job_id: JobId = new_job_id()
         async with self.db.transaction() as conn:
-            await self._check_vc(conn, spec)
+            await self._check_vc(conn, spec, vc_user)
             row = await conn.fetchrow(
                 SQL.insert_job,
                 job_id,
@@ -84,15 +89,24 @@ class ApiRepository:
         assert row is not None
         return dict(row)
 
-    async def check_submittable(self, spec: JobSpec) -> None:
+    async def check_submittable(self, spec: JobSpec, vc_user: str | None) -> None:
         """The checks of a submit, storing nothing (for dry runs)."""
         check_can_ever_run(spec, await self.shapes.get())
         async with self.db.transaction() as conn:
-            await self._check_vc(conn, spec)
+            await self._check_vc(conn, spec, vc_user)
 
     @staticmethod
-    async def _check_vc(conn: Connection, spec: JobSpec) -> None:
-        if await conn.fetchval(SQL.vc_for_submit, spec.virtual_cluster) is None:
+    async def _check_vc(conn: Connection, spec: JobSpec, vc_user: str | None) -> None:
+        """A user gets the same 403 for a VC that does not exist and for one they may not
+        use: telling them apart would tell them which VCs other teams have."""
+        usable = await conn.fetchval(SQL.vc_for_submit, spec.virtual_cluster, vc_user)
+        if vc_user is not None and not usable:
+            raise Forbidden(
+                f"you may not submit to virtual cluster {spec.virtual_cluster!r}: it does not exist or"
+                " none of your groups has access to it. `corral vcs` (GET /api/v1/virtual-clusters)"
+                " lists those you can use; ask an admin to add one of your groups to its access list"
+            )
+        if usable is None:
             raise InvalidInput(
                 f"virtual cluster {spec.virtual_cluster!r} does not exist; `corral vcs` (GET"
                 " /api/v1/virtual-clusters) lists those you can submit to"
@@ -152,8 +166,12 @@ class ApiRepository:
         return str(state["state"]) if state else None
 
     async def upsert_token(self, token_id: str, name: str, sha256: str, role: str, username: str) -> None:
+        """A token made outside the API (the bootstrap admin's; tests'): its user gets
+        ``role`` and the token every scope that role may hold, without expiry."""
+        scopes = ["read", "submit", "admin"] if role == "admin" else ["read", "submit"]
         async with self.db.transaction() as conn:
-            await conn.execute(SQL.upsert_token, token_id, name, sha256, role, username)
+            await conn.execute(SQL.upsert_user, username, role)
+            await conn.execute(SQL.upsert_token, token_id, name, sha256, username, scopes)
 
     async def token_by_hash(self, sha256: str) -> dict[str, Any] | None:
         row = await self.db.fetchrow(SQL.token_by_hash, sha256)
@@ -268,18 +286,36 @@ class ApiRepository:
     async def cluster_shape(self) -> ClusterShape:
         return ClusterShape.of((r["gpus"], r["model"]) for r in await self.db.fetch(SQL.cluster_shape))
 
-    async def list_vcs(self, name: str | None) -> list[dict[str, Any]]:
-        return [dict(row) for row in await self.db.fetch(SQL.list_vcs, name)]
+    async def list_vcs(self, name: str | None, vc_user: str | None) -> list[dict[str, Any]]:
+        """Every VC (or one), as far as ``vc_user`` may see them."""
+        return [dict(row) for row in await self.db.fetch(SQL.list_vcs, name, vc_user)]
 
     async def quota_totals(self, excluding: str) -> dict[str, int]:
         return {row["gpu_type"]: int(row["gpus"]) for row in await self.db.fetch(SQL.quota_totals, excluding)}
 
     async def put_vc(
-        self, name: str, description: str, quota: dict[str, int], max_gpus_per_user: int | None, by: str
+        self,
+        name: str,
+        description: str,
+        quota: dict[str, int],
+        max_gpus_per_user: int | None,
+        by: str,
+        allowed: list[str] | None = None,
+        set_access: bool = False,
     ) -> bool:
-        """Create or replace the VC's definition; True when it is new."""
+        """Create or replace the VC's definition; True when it is new. With ``set_access``
+        its access list becomes ``allowed`` (None: open to every user); without, the list
+        is kept (a new VC is open). Every group named must exist (``InvalidInput``)."""
         async with self.db.transaction() as conn:
-            created = await conn.fetchval(SQL.upsert_vc, name, description, quota, max_gpus_per_user, by)
+            if allowed:
+                found = {r["name"] for r in await conn.fetch(SQL.lock_groups, allowed)}
+                if missing := sorted(set(allowed) - found):
+                    raise InvalidInput(
+                        f"no group named {', '.join(missing)}; create it first (POST /api/v1/groups)"
+                    )
+            created = await conn.fetchval(
+                SQL.upsert_vc, name, description, quota, max_gpus_per_user, by, allowed, set_access
+            )
         return bool(created)
 
     async def delete_vc(self, name: str) -> None:

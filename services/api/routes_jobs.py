@@ -1,4 +1,10 @@
-"""``/api/v1/jobs``: submit, read, list, logs."""
+"""``/api/v1/jobs``: submit, read, list, logs.
+
+A user reads, cancels and follows the logs of their own jobs only (admins: every job);
+someone else's job is "not found", so its existence does not leak. Submitting needs a VC
+the user may use (``routes_vcs.py``). A user keeps seeing their own jobs in a VC their
+groups lost access to: the jobs are theirs, and they may still want to cancel them.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +16,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
+from services.api.audit import set_audit_target
 from services.api.auth import AuthenticatedPrincipal, Principal
 from services.api.deps import ask_scheduler, repository
 from services.api.logs import follow_log
 from services.api.repository import ApiRepository
 from services.api.views import DryRunView, JobList, JobView
 from shared.dry_run import DryRunAnswer, DryRunRequest
-from shared.errors import Forbidden, NotFound, TransientError
+from shared.errors import NotFound, TransientError
 from shared.jobs import JobSpec, JobState
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -34,10 +41,9 @@ async def _visible_job(repo: ApiRepository, job_id: str, principal: Principal) -
 
 @router.post("", status_code=201, operation_id="submitJob", response_model=JobView)
 async def submit_job(spec: JobSpec, request: Request, principal: AuthenticatedPrincipal) -> JobView:
-    """Submit a job. It starts ``PENDING`` and is queued for placement."""
-    if principal.role not in ("admin", "user"):
-        raise Forbidden("this token may not submit jobs")
-    job = await repository(request).submit_job(spec, principal.username)
+    """Submit a job to a VC you may use. It starts ``PENDING`` and is queued for placement."""
+    job = await repository(request).submit_job(spec, principal.username, principal.vc_user)
+    set_audit_target(request, job["id"])
     return JobView.from_rows(job, [])
 
 
@@ -46,9 +52,7 @@ async def dry_run(spec: JobSpec, request: Request, principal: AuthenticatedPrinc
     """Where would this job go, and when? The scheduler's answer as if it were submitted now,
     with nothing stored: its placement, or why it would wait, its position and estimated
     start. A job that can never run gets the 422 a submit would get."""
-    if principal.role not in ("admin", "user"):
-        raise Forbidden("this token may not submit jobs")
-    await repository(request).check_submittable(spec)
+    await repository(request).check_submittable(spec, principal.vc_user)
     question = DryRunRequest(spec=spec, user=principal.username).model_dump_json().encode()
     answer = DryRunAnswer.model_validate_json(await ask_scheduler(request, question))
     if answer.error:

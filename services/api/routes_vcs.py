@@ -4,8 +4,15 @@ A virtual cluster (VC) has a guaranteed number of GPUs per GPU type; its jobs wi
 quota are guaranteed, beyond it they borrow idle GPUs and may be preempted when the owner
 of those GPUs needs them (services/scheduler/planner.py). The API owns VC definitions:
 an admin creates and resizes one with ``PUT`` (the scheduler applies it at its next cycle,
-within seconds, no restart) and deletes one with no job waiting or running; everyone sees
-each VC's quota and usage.
+within seconds, no restart) and deletes one with no job waiting or running; users see
+the quota and usage of the VCs they may use.
+
+Access. A VC's ``allowed_groups`` says who may use it: ``null`` (the default, and what
+``default`` has) opens it to every user; a list opens it to the members of those groups;
+``[]`` to admins only. A user neither sees a VC they may not use (not listed; 404 when
+asked for by name) nor submits to it (403). Admins see and use every VC. A ``PUT`` that
+leaves ``allowed_groups`` out keeps the list as it is, so resizing a quota can never open
+a VC by accident; deleting a group takes it off every list, never opening one.
 
 A quota is accepted even when the quotas of all VCs add up to more GPUs of a type than
 the cluster has (nodes come and go, and an admin may be adding some); the answer then
@@ -46,6 +53,17 @@ class VirtualClusterSpec(BaseModel):
     max_gpus_per_user: int | None = Field(
         default=None, ge=0, le=1_000_000, description="the most GPUs one user's jobs may hold in the VC"
     )
+    allowed_groups: list[Annotated[str, Field(pattern=NAME_PATTERN)]] | None = Field(
+        default=None,
+        max_length=100,
+        description="groups whose members may use the VC; null: every user; []: admins only."
+        " Left out, a PUT keeps the VC's list as it is",
+    )
+
+    @field_validator("allowed_groups")
+    @classmethod
+    def _distinct_groups(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else sorted(set(value))
 
     @field_validator("quota")
     @classmethod
@@ -66,6 +84,7 @@ class VirtualClusterView(BaseModel):
     description: str
     quota: dict[str, int]
     max_gpus_per_user: int | None
+    allowed_groups: list[str] | None = Field(description="who may use it: null means every user")
     usage: dict[str, Usage] = Field(description="GPUs held now, per GPU type")
     pending_jobs: int
     running_jobs: int
@@ -91,15 +110,15 @@ class VirtualClusterList(BaseModel):
 
 
 @router.get("", operation_id="listVirtualClusters", response_model=VirtualClusterList)
-async def list_vcs(request: Request, _: AuthenticatedPrincipal) -> VirtualClusterList:
-    """Every VC with its quota and what it uses now."""
-    rows = await repository(request).list_vcs(None)
+async def list_vcs(request: Request, principal: AuthenticatedPrincipal) -> VirtualClusterList:
+    """Every VC you may use (admins: every VC) with its quota and what it uses now."""
+    rows = await repository(request).list_vcs(None, principal.vc_user)
     return VirtualClusterList(items=[VirtualClusterView.from_row(r) for r in rows])
 
 
 @router.get("/{name}", operation_id="getVirtualCluster", response_model=VirtualClusterView)
-async def get_vc(name: VcName, request: Request, _: AuthenticatedPrincipal) -> VirtualClusterView:
-    rows = await repository(request).list_vcs(name)
+async def get_vc(name: VcName, request: Request, principal: AuthenticatedPrincipal) -> VirtualClusterView:
+    rows = await repository(request).list_vcs(name, principal.vc_user)
     if not rows:
         raise NotFound(f"no virtual cluster {name!r}; list them with GET /api/v1/virtual-clusters")
     return VirtualClusterView.from_row(rows[0])
@@ -118,10 +137,16 @@ async def put_vc(
     repo = repository(request)
     warnings = await _quota_warnings(request, name, spec.quota)
     created = await repo.put_vc(
-        name, spec.description, spec.quota, spec.max_gpus_per_user, principal.username
+        name,
+        spec.description,
+        spec.quota,
+        spec.max_gpus_per_user,
+        principal.username,
+        spec.allowed_groups,
+        set_access="allowed_groups" in spec.model_fields_set,
     )
     response.status_code = 201 if created else 200
-    [row] = await repo.list_vcs(name)
+    [row] = await repo.list_vcs(name, None)
     return VirtualClusterView.from_row(row, warnings)
 
 

@@ -35,10 +35,11 @@ class WebhookRepository:
         description: str,
         secret: str,
     ) -> dict[str, Any]:
+        """A VC the owner may not use is reported as not existing, as it is everywhere else."""
         async with self.db.transaction() as conn:
-            if (
-                virtual_cluster is not None
-                and await conn.fetchval(SQL.vc_for_submit, virtual_cluster) is None
+            vc_user = None if sees_all else owner
+            if virtual_cluster is not None and not await conn.fetchval(
+                SQL.vc_for_submit, virtual_cluster, vc_user
             ):
                 raise InvalidInput(
                     f"virtual cluster {virtual_cluster!r} does not exist; GET /api/v1/virtual-clusters"

@@ -101,6 +101,36 @@ CREATE TABLE alerter.silences (
     expired_by text,
     CONSTRAINT silences_check CHECK ((ends_at > starts_at))
 );
+CREATE TABLE api.audit_log (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    username text,
+    token_id text,
+    method text NOT NULL,
+    route text NOT NULL,
+    target text,
+    status smallint NOT NULL,
+    client text
+);
+CREATE SEQUENCE api.audit_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE api.audit_log_id_seq OWNED BY api.audit_log.id;
+CREATE TABLE api.group_members (
+    group_name text NOT NULL,
+    username text NOT NULL,
+    added_at timestamp with time zone DEFAULT now() NOT NULL,
+    added_by text NOT NULL
+);
+CREATE TABLE api.groups (
+    name text NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text NOT NULL
+);
 CREATE TABLE api.jobs (
     id text NOT NULL,
     name text NOT NULL,
@@ -127,11 +157,21 @@ CREATE TABLE api.tokens (
     id text NOT NULL,
     name text NOT NULL,
     sha256 text NOT NULL,
-    role text NOT NULL,
     username text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     revoked_at timestamp with time zone,
-    CONSTRAINT tokens_role_check CHECK ((role = ANY (ARRAY['admin'::text, 'user'::text])))
+    scopes text[] NOT NULL,
+    expires_at timestamp with time zone,
+    created_by text DEFAULT 'corral'::text NOT NULL,
+    CONSTRAINT tokens_scopes_check CHECK (((cardinality(scopes) > 0) AND (scopes <@ '{read,submit,admin}'::text[])))
+);
+CREATE TABLE api.users (
+    name text NOT NULL,
+    role text NOT NULL,
+    display_name text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text DEFAULT 'corral'::text NOT NULL,
+    CONSTRAINT users_role_check CHECK ((role = ANY (ARRAY['admin'::text, 'user'::text])))
 );
 CREATE TABLE api.virtual_clusters (
     name text NOT NULL,
@@ -141,6 +181,7 @@ CREATE TABLE api.virtual_clusters (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_by text DEFAULT 'corral'::text NOT NULL,
+    allowed_groups text[],
     CONSTRAINT virtual_clusters_max_gpus_per_user_check CHECK (((max_gpus_per_user IS NULL) OR (max_gpus_per_user >= 0))),
     CONSTRAINT virtual_clusters_quota_check CHECK ((jsonb_typeof(quota) = 'object'::text))
 );
@@ -444,6 +485,7 @@ CREATE TABLE scheduler.preemptions (
 );
 ALTER TABLE ONLY alerter.alert_transitions ALTER COLUMN id SET DEFAULT nextval('alerter.alert_transitions_id_seq'::regclass);
 ALTER TABLE ONLY alerter.notifications ALTER COLUMN id SET DEFAULT nextval('alerter.notifications_id_seq'::regclass);
+ALTER TABLE ONLY api.audit_log ALTER COLUMN id SET DEFAULT nextval('api.audit_log_id_seq'::regclass);
 ALTER TABLE ONLY api.webhook_attempts ALTER COLUMN id SET DEFAULT nextval('api.webhook_attempts_id_seq'::regclass);
 ALTER TABLE ONLY api.webhook_deliveries ALTER COLUMN id SET DEFAULT nextval('api.webhook_deliveries_id_seq'::regclass);
 ALTER TABLE ONLY api.webhook_secrets ALTER COLUMN id SET DEFAULT nextval('api.webhook_secrets_id_seq'::regclass);
@@ -466,12 +508,20 @@ ALTER TABLE ONLY alerter.rules_in_force
     ADD CONSTRAINT rules_in_force_pkey PRIMARY KEY (singleton);
 ALTER TABLE ONLY alerter.silences
     ADD CONSTRAINT silences_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.audit_log
+    ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.group_members
+    ADD CONSTRAINT group_members_pkey PRIMARY KEY (group_name, username);
+ALTER TABLE ONLY api.groups
+    ADD CONSTRAINT groups_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_sha256_key UNIQUE (sha256);
+ALTER TABLE ONLY api.users
+    ADD CONSTRAINT users_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.virtual_clusters
     ADD CONSTRAINT virtual_clusters_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.webhook_attempts
@@ -523,8 +573,12 @@ CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btre
 CREATE INDEX notifications_by_group ON alerter.notifications USING btree (receiver, group_key);
 CREATE INDEX notifications_due ON alerter.notifications USING btree (next_attempt_at) WHERE (state = 'pending'::text);
 CREATE INDEX silences_active ON alerter.silences USING btree (ends_at);
+CREATE INDEX audit_log_by_target ON api.audit_log USING btree (target, id) WHERE (target IS NOT NULL);
+CREATE INDEX audit_log_by_user ON api.audit_log USING btree (username, id);
+CREATE INDEX group_members_by_user ON api.group_members USING btree (username);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
+CREATE INDEX tokens_by_user ON api.tokens USING btree (username);
 CREATE INDEX webhook_attempts_of ON api.webhook_attempts USING btree (delivery_id, id);
 CREATE INDEX webhook_deliveries_due ON api.webhook_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);
 CREATE INDEX webhook_deliveries_of ON api.webhook_deliveries USING btree (webhook_id, id DESC);
@@ -544,6 +598,12 @@ ALTER TABLE ONLY alerter.alert_transitions
     ADD CONSTRAINT alert_transitions_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
 ALTER TABLE ONLY alerter.notifications
     ADD CONSTRAINT notifications_alert_id_fkey FOREIGN KEY (alert_id) REFERENCES alerter.alerts(id);
+ALTER TABLE ONLY api.group_members
+    ADD CONSTRAINT group_members_group_name_fkey FOREIGN KEY (group_name) REFERENCES api.groups(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.group_members
+    ADD CONSTRAINT group_members_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.tokens
+    ADD CONSTRAINT tokens_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_attempts
     ADD CONSTRAINT webhook_attempts_delivery_id_fkey FOREIGN KEY (delivery_id) REFERENCES api.webhook_deliveries(id) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_deliveries

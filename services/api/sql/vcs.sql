@@ -1,7 +1,9 @@
 -- name: list_vcs
 -- Each VC with what it uses now: GPUs held per GPU model (the caller maps models to
--- types), guaranteed or borrowed, and its jobs waiting and placed.
-SELECT v.name, v.description, v.quota, v.max_gpus_per_user, v.created_at, v.updated_at, v.updated_by,
+-- types), guaranteed or borrowed, and its jobs waiting and placed. $2: the user asking,
+-- who sees only the VCs open to them (NULL: an admin, who sees every VC).
+SELECT v.name, v.description, v.quota, v.max_gpus_per_user, v.allowed_groups, v.created_at, v.updated_at,
+       v.updated_by,
        (SELECT count(*) FROM api.jobs j WHERE j.virtual_cluster = v.name AND j.state = 'PENDING')
            AS pending_jobs,
        (SELECT count(*) FROM api.jobs j WHERE j.virtual_cluster = v.name AND j.state IN ('SCHEDULED', 'RUNNING'))
@@ -14,16 +16,20 @@ SELECT v.name, v.description, v.quota, v.max_gpus_per_user, v.created_at, v.upda
               WHERE a.released_at IS NULL AND j.virtual_cluster = v.name AND cardinality(a.gpu_indices) > 0
               GROUP BY m.model, a.borrowed) u) AS usage
 FROM api.virtual_clusters v
-WHERE $1::text IS NULL OR v.name = $1
+WHERE ($1::text IS NULL OR v.name = $1)
+  AND ($2::text IS NULL OR v.allowed_groups IS NULL
+       OR EXISTS (SELECT 1 FROM api.group_members m WHERE m.username = $2 AND m.group_name = ANY (v.allowed_groups)))
 ORDER BY v.name;
 
 -- name: upsert_vc
--- Returns whether the row is new (xmax = 0 only for an inserted row).
-INSERT INTO api.virtual_clusters (name, description, quota, max_gpus_per_user, updated_by)
-VALUES ($1, $2, $3, $4, $5)
+-- Returns whether the row is new (xmax = 0 only for an inserted row). The access list
+-- ($6) is written only when $7 says it was given: a resize leaves it as it was.
+INSERT INTO api.virtual_clusters (name, description, quota, max_gpus_per_user, updated_by, allowed_groups)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (name) DO UPDATE
 SET description = excluded.description, quota = excluded.quota,
-    max_gpus_per_user = excluded.max_gpus_per_user, updated_by = excluded.updated_by, updated_at = now()
+    max_gpus_per_user = excluded.max_gpus_per_user, updated_by = excluded.updated_by, updated_at = now(),
+    allowed_groups = CASE WHEN $7::boolean THEN excluded.allowed_groups ELSE virtual_clusters.allowed_groups END
 RETURNING (xmax = 0) AS created;
 
 -- name: lock_vc
@@ -37,7 +43,11 @@ DELETE FROM api.virtual_clusters WHERE name = $1;
 
 -- name: vc_for_submit
 -- Held FOR SHARE by the submit's transaction, so the VC cannot be deleted under it.
-SELECT name FROM api.virtual_clusters WHERE name = $1 FOR SHARE;
+-- Whether $2 may use it (NULL: an admin, who may use every VC).
+SELECT ($2::text IS NULL OR v.allowed_groups IS NULL
+        OR EXISTS (SELECT 1 FROM api.group_members m WHERE m.username = $2 AND m.group_name = ANY (v.allowed_groups)))
+       AS usable
+FROM api.virtual_clusters v WHERE v.name = $1 FOR SHARE OF v;
 
 -- name: quota_totals
 -- Guaranteed GPUs promised per GPU type across every VC but the one being changed.
