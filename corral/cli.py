@@ -2,48 +2,109 @@
 
 ``corral up`` runs the whole stack on this machine (what ``make up`` calls);
 ``corral <service>`` runs one service in the foreground (``api``, ``scheduler``,
-``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``); ``corral nodes``,
-``corral gpus``, ``corral drain NODE``, ``corral undrain NODE``, ``corral alerts``,
-``corral ack ALERT``, ``corral resolve ALERT``, ``corral alert-rules``, ``corral why JOB``,
-``corral services``, ``corral vcs``, ``corral vc set|delete``, ``corral webhooks`` and
-``corral webhook create|delete|deliveries`` talk to the API
-(``CORRAL_URL``, ``CORRAL_TOKEN`` or ``$CORRAL_HOME/admin-token``). The other user-facing
-commands (submit, jobs, logs, ...) arrive with the SDK/CLI issue.
+``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``). Every other command
+talks to the API through the SDK (``corral.sdk``): ``login``, ``submit``, ``jobs``,
+``show``, ``logs``, ``cancel``, ``why``, ``vcs``/``vc``, ``nodes``/``node``, ``gpus``,
+``drain``/``undrain``, ``services``, ``alerts``, ``ack``/``resolve``,
+``silences``/``silence``/``unsilence``, ``alert-rules``, ``webhooks``/``webhook``,
+``events``. ``corral --help`` and ``corral COMMAND --help`` say more.
+
+The commands are typer commands (``corral/commands/``). ``main`` runs them without
+click's standalone mode so that it alone decides the exit code (``commands/errors.py``):
+every SDK error becomes one line on standard error and a documented code, never a
+traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 import runpy
 import sys
+from collections.abc import Callable
+from typing import Annotated
 
-from corral.commands import alerts, jobs, nodes, services, vcs, webhooks
-from corral.commands.client import CommandError
+import typer
+
+from corral.commands import alerts, events, jobs, login, nodes, vcs, webhooks
+from corral.commands.errors import INTERRUPTED, UsageProblem, exit_code, message
+from corral.commands.session import Options
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
+from corral.sdk import CorralError
 
-API_COMMANDS = (nodes, alerts, jobs, services, vcs, webhooks)
+API_COMMANDS = (login, jobs, vcs, nodes, alerts, webhooks, events)
+
+
+def _service(module: str) -> Callable[[], None]:
+    def run() -> None:
+        sys.argv = [module]
+        runpy.run_module(module, run_name="__main__")
+
+    return run
+
+
+def build() -> typer.Typer:
+    app = typer.Typer(
+        name="corral",
+        help="Corral GPU training cluster",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    @app.callback()
+    def options(
+        ctx: typer.Context,
+        url: Annotated[
+            str | None, typer.Option("--url", help="the API (default: CORRAL_URL, corral login)")
+        ] = None,
+        token: Annotated[
+            str | None, typer.Option("--token", help="bearer token (default: CORRAL_TOKEN)")
+        ] = None,
+    ) -> None:
+        ctx.obj = Options(url, token)
+
+    @app.command("up")
+    def up() -> None:
+        """Run Corral on this machine (private NATS + Postgres)."""
+        raise typer.Exit(Supervisor(StackConfig.from_environment()).run())
+
+    for name, module in SERVICES:
+        app.command(name, help=f"Run the {name} service in the foreground.")(_service(module))
+    for group in API_COMMANDS:
+        group.register(app)
+    return app
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="corral", description="Corral GPU training cluster")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("up", help="run Corral on this machine (private NATS + Postgres)")
-    for name, _ in SERVICES:
-        commands.add_parser(name, help=f"run the {name} service in the foreground")
-    for group in API_COMMANDS:
-        group.add_commands(commands)
-    args = parser.parse_args(argv)
-    if args.command == "up":
-        return Supervisor(StackConfig.from_environment()).run()
-    for group in API_COMMANDS:
-        if args.command in group.COMMANDS:
-            try:
-                print(group.run(args))
-            except CommandError as exc:
-                print(f"corral {args.command}: {exc}", file=sys.stderr)
-                return 1
-            return 0
-    module = dict(SERVICES)[args.command]
-    sys.argv = [module]
-    runpy.run_module(module, run_name="__main__")
-    return 0
+    args = sys.argv[1:] if argv is None else argv
+    command = typer.main.get_command(build())
+    try:
+        result = command.main(args=args, prog_name="corral", standalone_mode=False)
+    except typer.TyperException as exc:  # a wrong command line (click's UsageError: exit 2)
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"corral: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code
+    except typer.Abort:  # Ctrl-C
+        return INTERRUPTED
+    except (CorralError, UsageProblem) as exc:
+        print(f"corral {_name(args)}: {message(exc)}", file=sys.stderr)
+        return exit_code(exc)
+    return result if isinstance(result, int) else 0
+
+
+def _name(args: list[str]) -> str:
+    """The command's name for error messages: the words before the first option or id."""
+    words: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in ("--url", "--token"):
+            skip = True
+        elif arg.startswith("-") or (words and words[0] not in ("vc", "webhook")):
+            break
+        else:
+            words.append(arg)
+    return " ".join(words[:2]) or "corral"

@@ -1,1 +1,3 @@
-"""User-facing ``corral`` commands that talk to the API (the full SDK/CLI is its own issue)."""
+"""The ``corral`` command's user-facing commands, one module per area, each a thin layer
+over the SDK (``corral.sdk``): parse the arguments, make one or two SDK calls, render the
+answer as a table for people or JSON for scripts (``output.py``). Exit codes: ``errors.py``."""

@@ -1,79 +1,104 @@
-"""``corral vcs``: virtual clusters, their quotas and usage; ``corral vc set|delete`` (admin).
+"""``corral vcs``: virtual clusters, their quotas and usage; ``corral vc show|set|delete``.
 
 corral vcs
-corral vc set vision --quota H100=16 --quota A100=8 --max-gpus-per-user 8
-corral vc delete vision
+corral vc set vision --quota H100=16 --quota A100=8 --max-gpus-per-user 8   (admin)
+corral vc delete vision                                                     (admin)
 """
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import Annotated
 
-from corral.commands.client import CommandError, request
-from corral.commands.nodes import table
+import typer
 
-COMMANDS = ("vcs", "vc")
+from corral.commands.errors import UsageProblem
+from corral.commands.output import JsonFlag, echo, echo_json, echo_table
+from corral.commands.session import client
+from corral.sdk.models import VirtualCluster
 
-
-def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    commands.add_parser("vcs", help="list virtual clusters: quota, GPUs in use, jobs")
-    vc = commands.add_parser("vc", help="create, resize or delete a virtual cluster (admin)")
-    actions = vc.add_subparsers(dest="action", required=True)
-    put = actions.add_parser("set", help="create a VC or replace its quota and limits")
-    put.add_argument("name")
-    put.add_argument(
-        "--quota", action="append", default=[], metavar="TYPE=GPUS", help="guaranteed GPUs of a type (repeat)"
-    )
-    put.add_argument("--max-gpus-per-user", type=int, default=None)
-    put.add_argument("--description", default="")
-    delete = actions.add_parser("delete", help="delete a VC with no job waiting or running")
-    delete.add_argument("name")
+HEADERS = ["VC", "QUOTA", "GUARANTEED", "BORROWED", "PER USER", "RUNNING", "PENDING"]
+NameArg = Annotated[str, typer.Argument(metavar="NAME")]
 
 
-def _quota(items: list[str]) -> dict[str, int]:
+def parse_quota(items: list[str]) -> dict[str, int]:
     quota = {}
     for item in items:
         gpu_type, _, gpus = item.partition("=")
         if not gpu_type or not gpus.isdigit():
-            raise CommandError(f"--quota {item!r}: give TYPE=GPUS, e.g. --quota H100=16")
+            raise UsageProblem(f"--quota {item!r}: give TYPE=GPUS, e.g. --quota H100=16")
         quota[gpu_type] = int(gpus)
     return quota
 
 
-def render(vcs: list[dict[str, Any]]) -> str:
-    def per_type(values: dict[str, Any], pick: str | None = None) -> str:
-        shown = [
-            f"{t}:{v[pick] if pick else v}" for t, v in sorted(values.items()) if (v[pick] if pick else v)
-        ]
-        return " ".join(shown) or "-"
+def _per_type(values: dict[str, int]) -> str:
+    return " ".join(f"{t}:{v}" for t, v in sorted(values.items()) if v) or "-"
 
-    rows = [
+
+def rows(vcs: list[VirtualCluster]) -> list[list[str]]:
+    return [
         [
-            v["name"],
-            per_type(v["quota"]),
-            per_type(v["usage"], "guaranteed"),
-            per_type(v["usage"], "borrowed"),
-            str(v["max_gpus_per_user"]) if v["max_gpus_per_user"] is not None else "-",
-            str(v["running_jobs"]),
-            str(v["pending_jobs"]),
+            v.name,
+            _per_type(v.quota),
+            _per_type({t: u.guaranteed for t, u in v.usage.items()}),
+            _per_type({t: u.borrowed for t, u in v.usage.items()}),
+            str(v.max_gpus_per_user) if v.max_gpus_per_user is not None else "-",
+            str(v.running_jobs),
+            str(v.pending_jobs),
         ]
         for v in vcs
     ]
-    return table(["VC", "QUOTA", "GUARANTEED", "BORROWED", "PER USER", "RUNNING", "PENDING"], rows)
 
 
-def run(args: argparse.Namespace) -> str:
-    if args.command == "vcs":
-        return render(request("GET", "/api/v1/virtual-clusters")["items"])
-    if args.action == "delete":
-        request("DELETE", f"/api/v1/virtual-clusters/{args.name}")
-        return f"virtual cluster {args.name} deleted"
-    body = {
-        "quota": _quota(args.quota),
-        "max_gpus_per_user": args.max_gpus_per_user,
-        "description": args.description,
-    }
-    vc = request("PUT", f"/api/v1/virtual-clusters/{args.name}", json=body)
-    lines = [render([vc])] + [f"warning: {w}" for w in vc["warnings"]]
-    return "\n".join(lines)
+def register(app: typer.Typer) -> None:
+    @app.command("vcs")
+    def vcs(ctx: typer.Context, json_: JsonFlag = False) -> None:
+        """List virtual clusters: quota, GPUs in use, jobs."""
+        with client(ctx) as api:
+            items = api.list_vcs()
+        if json_:
+            echo_json(items)
+        else:
+            echo_table(HEADERS, rows(items))
+
+    vc = typer.Typer(help="Show, create, resize or delete a virtual cluster (admin).", no_args_is_help=True)
+    app.add_typer(vc, name="vc")
+
+    @vc.command("show")
+    def show(ctx: typer.Context, name: NameArg, json_: JsonFlag = False) -> None:
+        """One virtual cluster's quota and usage."""
+        with client(ctx) as api:
+            found = api.get_vc(name)
+        if json_:
+            echo_json(found)
+        else:
+            echo_table(HEADERS, rows([found]))
+
+    @vc.command("set")
+    def put(
+        ctx: typer.Context,
+        name: NameArg,
+        quota: Annotated[
+            list[str] | None,
+            typer.Option("--quota", metavar="TYPE=GPUS", help="guaranteed GPUs of a type (repeat)"),
+        ] = None,
+        max_gpus_per_user: Annotated[int | None, typer.Option("--max-gpus-per-user", min=0)] = None,
+        description: Annotated[str, typer.Option("--description")] = "",
+        json_: JsonFlag = False,
+    ) -> None:
+        """Create a VC or replace its quota and limits."""
+        wanted = parse_quota(quota or [])
+        with client(ctx) as api:
+            changed = api.put_vc(name, wanted, max_gpus_per_user, description)
+        if json_:
+            echo_json(changed)
+            return
+        echo_table(HEADERS, rows([changed]))
+        for warning in changed.warnings:
+            echo(f"warning: {warning}")
+
+    @vc.command("delete")
+    def delete(ctx: typer.Context, name: NameArg) -> None:
+        """Delete a VC with no job waiting or running."""
+        with client(ctx) as api:
+            api.delete_vc(name)
+        echo(f"virtual cluster {name} deleted")

@@ -1,4 +1,5 @@
-"""``corral webhooks``: your webhook subscriptions; ``corral webhook create|delete|deliveries``.
+"""``corral webhooks``: your webhook subscriptions; ``corral webhook create|delete|deliveries|
+rotate-secret|redeliver``.
 
 corral webhooks
 corral webhook create https://hooks.example.com/corral --type corral.job.failed.v1 --vc vision
@@ -8,74 +9,127 @@ corral webhook delete whk-...
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import Annotated
 
-from corral.commands.client import request
-from corral.commands.nodes import table
+import typer
 
-COMMANDS = ("webhooks", "webhook")
+from corral.commands.output import JsonFlag, echo, echo_json, echo_table, when
+from corral.commands.session import client
+from corral.sdk.models import Delivery, Webhook
 
-
-def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    commands.add_parser("webhooks", help="list webhook subscriptions (yours; all for admins)")
-    webhook = commands.add_parser("webhook", help="create or delete a webhook, or show its deliveries")
-    actions = webhook.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create", help="subscribe a URL to events (prints the secret once)")
-    create.add_argument("url")
-    create.add_argument(
-        "--type", action="append", required=True, dest="types", help="event type or prefix (repeat)"
-    )
-    create.add_argument("--vc", default=None, help="only events of this virtual cluster's jobs")
-    create.add_argument("--description", default="")
-    delete = actions.add_parser("delete", help="delete a webhook and its delivery log")
-    delete.add_argument("id")
-    deliveries = actions.add_parser("deliveries", help="the delivery log of a webhook")
-    deliveries.add_argument("id")
+IdArg = Annotated[str, typer.Argument(metavar="ID")]
 
 
-def render(hooks: list[dict[str, Any]]) -> str:
-    rows = [
+def rows(hooks: list[Webhook]) -> list[list[str]]:
+    return [
         [
-            h["id"],
-            h["owner"],
-            "yes" if h["enabled"] else f"no ({h['disabled_reason']})",
-            ",".join(h["event_types"]),
-            h["virtual_cluster"] or "-",
-            h["url"],
+            h.id,
+            h.owner,
+            "yes" if h.enabled else f"no ({h.disabled_reason})",
+            ",".join(h.event_types),
+            h.virtual_cluster or "-",
+            h.url,
         ]
         for h in hooks
     ]
-    return table(["ID", "OWNER", "ENABLED", "TYPES", "VC", "URL"], rows)
 
 
-def render_deliveries(items: list[dict[str, Any]]) -> str:
-    rows = [
+HEADERS = ["ID", "OWNER", "ENABLED", "TYPES", "VC", "URL"]
+
+
+def delivery_rows(items: list[Delivery]) -> list[list[str]]:
+    return [
         [
-            str(d["id"]),
-            d["event_type"],
-            d["state"],
-            " ".join(str(a["status"] or "-") for a in d["log"]) or "-",
-            (d["last_error"] or "")[:60],
+            str(d.id),
+            d.event_type,
+            d.state,
+            " ".join(str(a.status or "-") for a in d.log) or "-",
+            (d.last_error or "")[:60],
         ]
         for d in items
     ]
-    return table(["DELIVERY", "EVENT", "STATE", "ANSWERS", "LAST ERROR"], rows)
 
 
-def run(args: argparse.Namespace) -> str:
-    if args.command == "webhooks":
-        return render(request("GET", "/api/v1/webhooks")["items"])
-    if args.action == "delete":
-        request("DELETE", f"/api/v1/webhooks/{args.id}")
-        return f"webhook {args.id} deleted"
-    if args.action == "deliveries":
-        return render_deliveries(request("GET", f"/api/v1/webhooks/{args.id}/deliveries")["items"])
-    body = {
-        "url": args.url,
-        "event_types": args.types,
-        "virtual_cluster": args.vc,
-        "description": args.description,
-    }
-    hook = request("POST", "/api/v1/webhooks", json=body)
-    return "\n".join([render([hook]), f"signing secret (shown only now, keep it): {hook['secret']}"])
+def register(app: typer.Typer) -> None:
+    @app.command("webhooks")
+    def webhooks(ctx: typer.Context, json_: JsonFlag = False) -> None:
+        """List webhook subscriptions (yours; all for admins)."""
+        with client(ctx) as api:
+            items = api.list_webhooks()
+        if json_:
+            echo_json(items)
+        else:
+            echo_table(HEADERS, rows(items))
+
+    webhook = typer.Typer(
+        help="Create or delete a webhook, rotate its secret, or show its deliveries.", no_args_is_help=True
+    )
+    app.add_typer(webhook, name="webhook")
+
+    @webhook.command("create")
+    def create(
+        ctx: typer.Context,
+        url: Annotated[str, typer.Argument(metavar="URL")],
+        types: Annotated[list[str], typer.Option("--type", help="event type or prefix (repeat)")],
+        vc: Annotated[
+            str | None, typer.Option("--vc", help="only events of this virtual cluster's jobs")
+        ] = None,
+        description: Annotated[str, typer.Option("--description")] = "",
+        json_: JsonFlag = False,
+    ) -> None:
+        """Subscribe a URL to events (prints the signing secret once)."""
+        with client(ctx) as api:
+            hook = api.create_webhook(url, types, vc, description)
+        if json_:
+            echo_json(hook)
+            return
+        echo_table(HEADERS, rows([hook]))
+        echo(f"signing secret (shown only now, keep it): {hook.secret}")
+
+    @webhook.command("delete")
+    def delete(ctx: typer.Context, webhook_id: IdArg) -> None:
+        """Delete a webhook and its delivery log."""
+        with client(ctx) as api:
+            api.delete_webhook(webhook_id)
+        echo(f"webhook {webhook_id} deleted")
+
+    @webhook.command("deliveries")
+    def deliveries(
+        ctx: typer.Context,
+        webhook_id: IdArg,
+        state: Annotated[str | None, typer.Option("--state", help="pending, delivered or failed")] = None,
+        json_: JsonFlag = False,
+    ) -> None:
+        """The delivery log of a webhook, newest first."""
+        with client(ctx) as api:
+            items = api.list_deliveries(webhook_id, state)
+        if json_:
+            echo_json(items)
+        else:
+            echo_table(["DELIVERY", "EVENT", "STATE", "ANSWERS", "LAST ERROR"], delivery_rows(items))
+
+    @webhook.command("rotate-secret")
+    def rotate(
+        ctx: typer.Context,
+        webhook_id: IdArg,
+        overlap_s: Annotated[
+            float | None, typer.Option("--overlap-s", help="how long the old secret keeps signing")
+        ] = None,
+        json_: JsonFlag = False,
+    ) -> None:
+        """A new signing secret; the old one signs beside it for a while."""
+        with client(ctx) as api:
+            rotated = api.rotate_webhook_secret(webhook_id, overlap_s)
+        if json_:
+            echo_json(rotated)
+            return
+        echo(f"new signing secret (shown only now, keep it): {rotated.secret}")
+        echo(f"the previous secret also signs until {when(rotated.previous_secrets_until)} UTC")
+
+    @webhook.command("redeliver")
+    def redeliver(
+        ctx: typer.Context, webhook_id: IdArg, delivery_id: Annotated[int, typer.Argument(metavar="DELIVERY")]
+    ) -> None:
+        """Send a delivery again now."""
+        with client(ctx) as api:
+            echo(api.redeliver(webhook_id, delivery_id).detail)

@@ -1,0 +1,82 @@
+"""Typed results of the SDK's calls (see ``base.py`` for why they are the client's own)."""
+
+from corral.sdk.models.alerts import (
+    Alert,
+    AlertActionAccepted,
+    AlertDetail,
+    AlertRules,
+    Matcher,
+    Silence,
+    SilenceAccepted,
+    Transition,
+)
+from corral.sdk.models.base import Detail, Model
+from corral.sdk.models.cluster import (
+    DrainAccepted,
+    Gpu,
+    GpuHistory,
+    HealthEvent,
+    HistoryPoint,
+    Node,
+    NodeDetail,
+    ServiceInstance,
+    Usage,
+    VirtualCluster,
+)
+from corral.sdk.models.events import Event
+from corral.sdk.models.jobs import (
+    JOB_STATES,
+    TERMINAL_STATES,
+    Attempt,
+    DryRun,
+    DryRunPlacement,
+    Job,
+    JobPage,
+    Pending,
+)
+from corral.sdk.models.webhooks import (
+    Delivery,
+    DeliveryAttempt,
+    RedeliveryAccepted,
+    SecretRotated,
+    Webhook,
+    WebhookCreated,
+)
+
+__all__ = [
+    "JOB_STATES",
+    "TERMINAL_STATES",
+    "Alert",
+    "AlertActionAccepted",
+    "AlertDetail",
+    "AlertRules",
+    "Attempt",
+    "Delivery",
+    "DeliveryAttempt",
+    "Detail",
+    "DrainAccepted",
+    "DryRun",
+    "DryRunPlacement",
+    "Event",
+    "Gpu",
+    "GpuHistory",
+    "HealthEvent",
+    "HistoryPoint",
+    "Job",
+    "JobPage",
+    "Matcher",
+    "Model",
+    "Node",
+    "NodeDetail",
+    "Pending",
+    "RedeliveryAccepted",
+    "SecretRotated",
+    "ServiceInstance",
+    "Silence",
+    "SilenceAccepted",
+    "Transition",
+    "Usage",
+    "VirtualCluster",
+    "Webhook",
+    "WebhookCreated",
+]

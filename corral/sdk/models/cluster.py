@@ -1,0 +1,116 @@
+"""Nodes, GPUs, virtual clusters and Corral's own service instances."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from corral.sdk.models.base import Model
+
+
+class Node(Model):
+    id: str
+    hostname: str = ""
+    simulated: bool = False
+    state: str
+    drained: bool
+    drain_reason: str | None = None
+    drained_by: str | None = None
+    drained_at: datetime | None = None
+    drain_evicts: bool = False
+    gpu_count: int
+    expected_gpus: int = 0
+    lost_gpus: int = 0
+    gpus_in_use: int = 0
+    last_heartbeat: datetime | None = None
+
+
+class Gpu(Model):
+    node_id: str
+    index: int
+    uuid: str = ""
+    model: str
+    memory_total_mb: int | None = None
+    memory_used_mb: int | None = None
+    utilization_pct: float | None = None
+    memory_utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    throttle_reasons: list[str] | None = None
+    ecc_uncorrected_volatile: int | None = None
+    last_xid: int | None = None
+    lost: bool = False
+    unsupported: list[str] = Field(default_factory=list)
+    job_id: str | None = None
+    task: str | None = None
+    updated_at: datetime | None = None
+
+
+class HealthEvent(Model):
+    at: datetime
+    kind: str
+    gpu_index: int | None = None
+    condition: str
+    action: str
+    detail: str
+    actor: str
+
+
+class NodeDetail(Model):
+    node: Node
+    gpus: list[Gpu]
+    health_events: list[HealthEvent]
+
+
+class DrainAccepted(Model):
+    node_id: str
+    drain: bool
+    detail: str
+
+
+class HistoryPoint(Model):
+    bucket: datetime
+    node_id: str
+    gpu_index: int
+    job_id: str | None = None
+    samples: int
+    utilization_avg: float | None = None
+    utilization_max: float | None = None
+    memory_used_mb_max: int | None = None
+    temperature_max: float | None = None
+    power_avg: float | None = None
+
+
+class GpuHistory(Model):
+    resolution_s: int
+    points: list[HistoryPoint]
+
+
+class Usage(Model):
+    guaranteed: int
+    borrowed: int
+
+
+class VirtualCluster(Model):
+    name: str
+    description: str = ""
+    quota: dict[str, int]
+    max_gpus_per_user: int | None = None
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    pending_jobs: int = 0
+    running_jobs: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    updated_by: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ServiceInstance(Model):
+    instance_id: str
+    service: str
+    hostname: str = ""
+    pid: int
+    started_at: datetime
+    last_seen_at: datetime | None = None
+    silent_s: float

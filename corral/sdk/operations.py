@@ -1,0 +1,295 @@
+"""Every API operation as data: method, path, query, body, how to read the answer, and
+whether it may be retried.
+
+``Client`` and ``AsyncClient`` differ only in how they send a request (and sleep between
+retries), so each of their methods is one line that builds a ``Call`` here and runs it.
+Keeping the paths and bodies in one place means the sync and async clients cannot drift
+apart, and a test of one exercises the other's requests too.
+
+``idempotent`` says a call can be sent twice with the effect of once: reads, ``PUT``,
+``DELETE``, and the ``POST``s the API documents as harmless to repeat (cancel, drain,
+undrain). Only those are retried after a dropped connection or a 503/429, because a
+``POST`` that reached the server before the connection dropped may have happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from corral.sdk.models import (
+    Alert,
+    AlertActionAccepted,
+    AlertDetail,
+    AlertRules,
+    Delivery,
+    Detail,
+    DrainAccepted,
+    DryRun,
+    Gpu,
+    GpuHistory,
+    Job,
+    JobPage,
+    Matcher,
+    Node,
+    NodeDetail,
+    RedeliveryAccepted,
+    SecretRotated,
+    ServiceInstance,
+    Silence,
+    SilenceAccepted,
+    VirtualCluster,
+    Webhook,
+    WebhookCreated,
+)
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+Params = dict[str, str | int | list[str]]
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: Params = field(default_factory=dict)
+    body: Any = None
+    idempotent: bool = False
+
+
+def _one(model: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda response: model.model_validate_json(response.content)
+
+
+def _items(model: type[M]) -> Callable[[httpx.Response], list[M]]:
+    return lambda response: [model.model_validate(item) for item in response.json()["items"]]
+
+
+def _nothing(_: httpx.Response) -> None:
+    return None
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _seg(value: str | int) -> str:
+    """One path segment, escaped: an id can never reach another path (``../``)."""
+    return quote(str(value), safe="")
+
+
+def _query(**values: str | int | Sequence[str] | None) -> Params:
+    return {
+        k: (list(v) if not isinstance(v, str | int) else v) for k, v in values.items() if v not in (None, [])
+    }
+
+
+def _get(path: str, parse: Callable[[httpx.Response], T], **query: Any) -> Call[T]:
+    return Call("GET", path, parse, _query(**query), idempotent=True)
+
+
+# Jobs
+def submit_job(spec: Mapping[str, Any]) -> Call[Job]:
+    return Call("POST", "/api/v1/jobs", _one(Job), body=dict(spec))
+
+
+def dry_run(spec: Mapping[str, Any]) -> Call[DryRun]:
+    # Nothing is stored: asking twice is asking twice.
+    return Call("POST", "/api/v1/jobs/dry-run", _one(DryRun), body=dict(spec), idempotent=True)
+
+
+def list_jobs(state: str | None, limit: int, cursor: str | None) -> Call[JobPage]:
+    return _get("/api/v1/jobs", _one(JobPage), state=state, limit=limit, cursor=cursor)
+
+
+def get_job(job_id: str) -> Call[Job]:
+    return _get(f"/api/v1/jobs/{_seg(job_id)}", _one(Job))
+
+
+def cancel_job(job_id: str) -> Call[Job]:
+    # The API documents a repeated cancel as harmless.
+    return Call("POST", f"/api/v1/jobs/{_seg(job_id)}/cancel", _one(Job), idempotent=True)
+
+
+def logs_path(job_id: str) -> str:
+    return f"/api/v1/jobs/{_seg(job_id)}/logs"
+
+
+def logs_query(task: str | None, attempt: int | None, follow: bool) -> Params:
+    return _query(task=task, attempt=attempt, follow="true" if follow else None)
+
+
+def job_logs(job_id: str, task: str | None, attempt: int | None) -> Call[str]:
+    return Call("GET", logs_path(job_id), _text, logs_query(task, attempt, False), idempotent=True)
+
+
+# Virtual clusters
+def list_vcs() -> Call[list[VirtualCluster]]:
+    return _get("/api/v1/virtual-clusters", _items(VirtualCluster))
+
+
+def get_vc(name: str) -> Call[VirtualCluster]:
+    return _get(f"/api/v1/virtual-clusters/{_seg(name)}", _one(VirtualCluster))
+
+
+def put_vc(
+    name: str, quota: Mapping[str, int], max_gpus_per_user: int | None, description: str
+) -> Call[VirtualCluster]:
+    body = {"quota": dict(quota), "max_gpus_per_user": max_gpus_per_user, "description": description}
+    return Call(
+        "PUT", f"/api/v1/virtual-clusters/{_seg(name)}", _one(VirtualCluster), body=body, idempotent=True
+    )
+
+
+def delete_vc(name: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/virtual-clusters/{_seg(name)}", _nothing, idempotent=True)
+
+
+# Nodes and GPUs
+def list_nodes() -> Call[list[Node]]:
+    return _get("/api/v1/nodes", _items(Node))
+
+
+def get_node(node_id: str) -> Call[NodeDetail]:
+    return _get(f"/api/v1/nodes/{_seg(node_id)}", _one(NodeDetail))
+
+
+def list_gpus(node: str | None) -> Call[list[Gpu]]:
+    return _get("/api/v1/gpus", _items(Gpu), node=node)
+
+
+def gpu_history(
+    node: str | None, gpu: int | None, job: str | None, resolution_s: int, since_s: int
+) -> Call[GpuHistory]:
+    return _get(
+        "/api/v1/gpu-history",
+        _one(GpuHistory),
+        node=node,
+        gpu=gpu,
+        job=job,
+        resolution_s=resolution_s,
+        since_s=since_s,
+    )
+
+
+def drain(node_id: str, reason: str, on: bool) -> Call[DrainAccepted]:
+    # A drain (or undrain) asked twice leaves the node as asked once.
+    verb = "drain" if on else "undrain"
+    path = f"/api/v1/nodes/{_seg(node_id)}/{verb}"
+    return Call("POST", path, _one(DrainAccepted), body={"reason": reason}, idempotent=True)
+
+
+def list_services() -> Call[list[ServiceInstance]]:
+    return _get("/api/v1/services", _items(ServiceInstance))
+
+
+# Alerts, silences, rules
+def list_alerts(state: str | None, limit: int) -> Call[list[Alert]]:
+    return _get("/api/v1/alerts", _items(Alert), state=state, limit=limit)
+
+
+def get_alert(alert_id: str) -> Call[AlertDetail]:
+    return _get(f"/api/v1/alerts/{_seg(alert_id)}", _one(AlertDetail))
+
+
+def alert_action(alert_id: str, action: str, note: str) -> Call[AlertActionAccepted]:
+    # Not retried: if the first went through, the second is a 409 (already moved on).
+    path = f"/api/v1/alerts/{_seg(alert_id)}/{action}"
+    return Call("POST", path, _one(AlertActionAccepted), body={"note": note})
+
+
+def list_silences() -> Call[list[Silence]]:
+    return _get("/api/v1/silences", _items(Silence))
+
+
+def get_silence(silence_id: str) -> Call[Silence]:
+    return _get(f"/api/v1/silences/{_seg(silence_id)}", _one(Silence))
+
+
+def create_silence(
+    matchers: Sequence[Matcher],
+    duration_s: int | None,
+    starts_at: datetime | None,
+    ends_at: datetime | None,
+    comment: str,
+) -> Call[SilenceAccepted]:
+    body: dict[str, Any] = {"matchers": [m.model_dump() for m in matchers], "comment": comment}
+    if duration_s is not None:
+        body["duration_s"] = duration_s
+    if starts_at is not None:
+        body["starts_at"] = starts_at.isoformat()
+    if ends_at is not None:
+        body["ends_at"] = ends_at.isoformat()
+    return Call("POST", "/api/v1/silences", _one(SilenceAccepted), body=body)
+
+
+def expire_silence(silence_id: str) -> Call[SilenceAccepted]:
+    return Call("DELETE", f"/api/v1/silences/{_seg(silence_id)}", _one(SilenceAccepted), idempotent=True)
+
+
+def get_alert_rules() -> Call[AlertRules]:
+    return _get("/api/v1/alert-rules", _one(AlertRules))
+
+
+def set_alert_rules(overrides: Mapping[str, Any]) -> Call[Detail]:
+    return Call("PUT", "/api/v1/alert-rules", _one(Detail), body=dict(overrides), idempotent=True)
+
+
+def reset_alert_rules() -> Call[Detail]:
+    return Call("DELETE", "/api/v1/alert-rules", _one(Detail), idempotent=True)
+
+
+# Webhooks
+def list_webhooks() -> Call[list[Webhook]]:
+    return _get("/api/v1/webhooks", _items(Webhook))
+
+
+def get_webhook(webhook_id: str) -> Call[Webhook]:
+    return _get(f"/api/v1/webhooks/{_seg(webhook_id)}", _one(Webhook))
+
+
+def create_webhook(
+    url: str, event_types: Sequence[str], virtual_cluster: str | None, description: str
+) -> Call[WebhookCreated]:
+    body = {
+        "url": url,
+        "event_types": list(event_types),
+        "virtual_cluster": virtual_cluster,
+        "description": description,
+    }
+    return Call("POST", "/api/v1/webhooks", _one(WebhookCreated), body=body)
+
+
+def delete_webhook(webhook_id: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/webhooks/{_seg(webhook_id)}", _nothing, idempotent=True)
+
+
+def rotate_webhook_secret(webhook_id: str, overlap_s: float | None) -> Call[SecretRotated]:
+    body = {} if overlap_s is None else {"overlap_s": overlap_s}
+    return Call("POST", f"/api/v1/webhooks/{_seg(webhook_id)}/rotate-secret", _one(SecretRotated), body=body)
+
+
+def list_deliveries(webhook_id: str, state: str | None, limit: int) -> Call[list[Delivery]]:
+    return _get(f"/api/v1/webhooks/{_seg(webhook_id)}/deliveries", _items(Delivery), state=state, limit=limit)
+
+
+def redeliver(webhook_id: str, delivery_id: int) -> Call[RedeliveryAccepted]:
+    path = f"/api/v1/webhooks/{_seg(webhook_id)}/deliveries/{_seg(delivery_id)}/redeliver"
+    return Call("POST", path, _one(RedeliveryAccepted))
+
+
+# The event stream
+EVENTS_PATH = "/api/v1/events"
+
+
+def events_query(
+    types: Sequence[str] | None, jobs: Sequence[str] | None, virtual_clusters: Sequence[str] | None
+) -> Params:
+    return _query(type=types, job=jobs, virtual_cluster=virtual_clusters)
