@@ -48,7 +48,7 @@ async def submit(db: Database, gpus: int = 2, vc: str = "default") -> str:
     )
     repo = ApiRepository(db)
     await repo.put_vc(vc, "", {}, None, "test")  # jobs go to VCs that exist
-    job = await repo.submit_job(spec, "alice")
+    job = await repo.submit_job(spec, "alice", None)
     return str(job["id"])
 
 

@@ -42,7 +42,7 @@ async def assigned(
             ],
         }
     )
-    job_id = (await ApiRepository(db).submit_job(spec, "alice"))["id"]
+    job_id = (await ApiRepository(db).submit_job(spec, "alice", None))["id"]
     await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
     attempts: list[str] = []
     for index in range(instances):
