@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute
 
 from services.api.app import create_app
 from services.api.auth import current_principal, hash_token
-from services.api.repository import ApiRepository
+from services.api.repository import SQL, ApiRepository
 from services.api.settings import Settings
 from shared.db.pool import Database
 from shared.service import Health
@@ -313,6 +313,22 @@ async def test_bad_tenant_input_is_refused_and_changes_nothing(teams: Teams, db:
     assert [await _count(db, t) for t in tables] == before
     speech = (await teams.admin.get("/api/v1/virtual-clusters/speech")).json()
     assert speech["allowed_groups"] == ["speech"]
+
+
+async def test_a_demoted_admins_webhook_no_longer_sees_everything(teams: Teams, db: Database) -> None:
+    await teams.admin.post("/api/v1/users", json={"name": "carol", "role": "admin"})
+    hook = {"url": "https://example.com/hook", "event_types": ["corral.job.*"]}
+    async with _as(teams.admin, await _token(teams.admin, "carol", "admin")) as carol:
+        assert (await carol.post("/api/v1/webhooks", json=hook)).status_code == 201
+
+    async def carols() -> list[bool]:  # what the webhook fan-in matches events against
+        return [r["sees_all"] for r in await db.fetch(SQL.enabled_webhooks) if r["username"] == "carol"]
+
+    assert await carols() == [True]
+    await teams.admin.patch("/api/v1/users/carol", json={"role": "user"})
+    assert await carols() == [False]
+    await teams.admin.delete("/api/v1/users/carol")
+    assert await carols() == []
 
 
 def _needs_token(dependant: Dependant) -> bool:

@@ -31,8 +31,11 @@ UPDATE api.webhook_secrets SET expires_at = least(coalesce(expires_at, $2), $2)
 WHERE webhook_id = $1 AND (expires_at IS NULL OR expires_at > now());
 
 -- name: enabled_webhooks
--- What the fan-in matches each event against.
-SELECT id, username, sees_all, event_types, virtual_cluster FROM api.webhooks WHERE enabled;
+-- What the fan-in matches each event against. An admin's webhook sees every event only
+-- while its owner is still an admin; a deleted user's webhooks get nothing.
+SELECT w.id, w.username, w.sees_all AND u.role = 'admin' AS sees_all, w.event_types, w.virtual_cluster
+FROM api.webhooks w JOIN api.users u ON u.name = w.username
+WHERE w.enabled;
 
 -- name: enqueue_delivery
 -- One delivery per (webhook, event): a redelivered event adds nothing.
