@@ -22,6 +22,7 @@ class NodeView(BaseModel):
     lost_gpus: int
     gpus_in_use: int
     last_heartbeat: datetime
+    rack: str = Field(description="its topology label (rack or switch); '' when its exporter gives none")
 
 
 class GpuView(BaseModel):
@@ -47,6 +48,7 @@ class GpuView(BaseModel):
     job_id: str | None = Field(description="the job using this GPU, if any")
     task: str | None
     updated_at: datetime
+    nvlink_domain: int = Field(description="GPUs of the node with the same number talk over NVLink")
 
 
 class HealthEventView(BaseModel):

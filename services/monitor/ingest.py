@@ -37,6 +37,7 @@ from services.monitor.health import HealthRules, suspicious
 from services.monitor.history import HistoryAggregator
 from services.monitor.repository import (
     HistoryRow,
+    Inventory,
     ReadingsRow,
     announce_nodes,
     check_health,
@@ -70,7 +71,7 @@ class IngestCounters:
 
 @dataclass(frozen=True)
 class _Registered:
-    inventory: tuple[tuple[int, str, str, int], ...]
+    inventory: Inventory
     expected_gpus: int
 
 

@@ -30,22 +30,29 @@ ROWS_PER_STATEMENT = 4000  # readings or history rows in one multi-row statement
 _Row = TypeVar("_Row")
 
 
-_INVENTORY = operator.attrgetter("index", "uuid", "model", "memory_total_mb")
+_INVENTORY = operator.attrgetter("index", "uuid", "model", "memory_total_mb", "nvlink_domain")
+
+GpuInventory = tuple[int, str, str, int, int]  # index, uuid, model, memory_total_mb, nvlink_domain
+Inventory = tuple[str, tuple[GpuInventory, ...]]  # the node's rack, its GPUs
 
 
-def inventory(data: NodeTelemetryData) -> tuple[tuple[int, str, str, int], ...]:
-    """Each GPU's (index, uuid, model, memory_total_mb); the ingest compares it for every
+def inventory(data: NodeTelemetryData) -> Inventory:
+    """What a node is made of: its rack and each GPU's (index, uuid, model, memory,
+    NVLink domain). A change is a new registration. The ingest compares it for every
     heartbeat, hence ``attrgetter`` (half the cost of a generator expression)."""
-    return tuple(map(_INVENTORY, data.gpus))
+    return data.rack, tuple(map(_INVENTORY, data.gpus))
 
 
 def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
-    gpus = [GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t) for i, u, m, t in inventory(data)]
+    gpus = [
+        GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t, nvlink_domain=d)
+        for i, u, m, t, d in inventory(data)[1]
+    ]
     return NodeRegistered(
         source=SOURCE,
         subject=data.node_id,
         data=NodeRegisteredData(
-            node_id=data.node_id, hostname=data.hostname, simulated=data.simulated, gpus=gpus
+            node_id=data.node_id, hostname=data.hostname, simulated=data.simulated, gpus=gpus, rack=data.rack
         ),
     )
 
@@ -67,9 +74,15 @@ async def register_nodes(
     ids = sorted(by_id)
     if states is None:
         states = await lock_nodes(conn, ids)
-    before: dict[str, list[tuple[int, str, str, int]]] = {}
+    racks: dict[str, str] = {}
+    gpus_before: dict[str, list[GpuInventory]] = {}
     for r in await conn.fetch(SQL.gpu_inventories, ids):
-        before.setdefault(r["node_id"], []).append((r["index"], r["uuid"], r["model"], r["memory_total_mb"]))
+        racks[r["node_id"]] = r["rack"]
+        if r["index"] is not None:
+            gpus_before.setdefault(r["node_id"], []).append(
+                (r["index"], r["uuid"], r["model"], r["memory_total_mb"], r["nvlink_domain"])
+            )
+    before = {node_id: (rack, tuple(gpus_before.get(node_id, ()))) for node_id, rack in racks.items()}
     rows = await conn.fetch(
         SQL.register_nodes,
         ids,
@@ -77,6 +90,7 @@ async def register_nodes(
         [by_id[i].simulated for i in ids],
         [len(by_id[i].gpus) for i in ids],
         [by_id[i].address for i in ids],
+        [by_id[i].rack for i in ids],
     )
     await write_inventory(conn, [by_id[i] for i in ids])
     await write_readings(conn, [by_id[i] for i in ids])
@@ -84,7 +98,7 @@ async def register_nodes(
     announce = [
         by_id[r["id"]]
         for r in rows
-        if states.get(r["id"]) != "READY" or tuple(before.get(r["id"], ())) != inventory(by_id[r["id"]])
+        if states.get(r["id"]) != "READY" or before.get(r["id"]) != inventory(by_id[r["id"]])
     ]
     await append_many(conn, [(_registered_event(d), d.node_id) for d in announce])
     return {r["id"]: int(r["expected_gpus"]) for r in rows}
@@ -116,6 +130,7 @@ async def write_inventory(conn: Connection, heartbeats: Sequence[NodeTelemetryDa
         [g.uuid for _, g in gpus],
         [g.model for _, g in gpus],
         [g.memory_total_mb for _, g in gpus],
+        [g.nvlink_domain for _, g in gpus],
     )
 
 

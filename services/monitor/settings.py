@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.events.nodes import RACK_PATTERN
 from shared.settings import CommonSettings
 
 
@@ -47,6 +48,12 @@ class ExporterSettings(BaseSettings):
     backend: str = Field(default="auto", pattern="^(auto|nvml|simulated)$")
     simulated_gpus: int = Field(default=8, ge=0, le=64)
     simulated_model: str = "Simulated H100 80GB"
+    # Simulated GPUs in NVLink domains of this many consecutive GPUs (0: one domain, as on
+    # an NVSwitch board); real GPUs report theirs through NVML.
+    simulated_nvlink_domain_size: int = Field(default=0, ge=0, le=64)
+    # The node's topology label (its rack, or the switch it hangs off): the scheduler keeps
+    # a multi-node gang within one rack when it fits.
+    rack: str = Field(default="", pattern=RACK_PATTERN)
     # A YAML file of faults for the simulated GPUs, re-read when it changes (see
     # services/monitor/exporter/simulated.py); `make up` puts it in $CORRAL_HOME.
     faults_file: Path | None = None

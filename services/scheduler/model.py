@@ -103,6 +103,9 @@ class NodeCapacity:
     gpu_type: str = ""
     # Task instances placed on it this cycle (GPU-less tasks still count, to spread them).
     load: int = 0
+    rack: str = ""  # its topology label: a multi-node gang stays in one rack when it fits
+    # GPU index -> NVLink domain; a GPU missing here is in domain 0 (empty: one domain).
+    domains: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.total_gpus < 0:

@@ -16,6 +16,12 @@ Placement rules for one job on one GPU type (``place_gang``), all or nothing:
 - ``single_node``: only the first rule. ``one_per_node``: every instance on a node of its
   own (best fit per instance).
 - GPU-less instances go to a node of the job when it has one, else the least loaded node.
+- **Racks**: a gang that needs more than one node goes to one rack (topology label) when
+  one has room for all of it — the rack with the fewest free GPUs that still holds it —
+  and across racks only when none does.
+- **NVLink domains** inside a node: an instance's GPUs come from one domain when one has
+  enough free (the domain with the fewest free that still holds them, so whole domains
+  stay free for bigger tasks), else from as few domains as possible.
 
 Nothing is changed unless the whole gang fits: a failed attempt gives back what it took.
 """
@@ -32,31 +38,47 @@ class NodeIndex:
 
     def __init__(self, nodes: Iterable[NodeCapacity]) -> None:
         self.nodes: dict[str, NodeCapacity] = {}
+        # Buckets by type, and by (type, rack) for gangs kept in one rack. Free counts too.
         self._buckets: dict[str, list[dict[str, None]]] = {}
+        self._rack_buckets: dict[tuple[str, str], list[dict[str, None]]] = {}
         self._free: dict[str, int] = {}
+        self._rack_free: dict[tuple[str, str], int] = {}
         self._largest: dict[str, int] = {}
+        self._racks: dict[str, list[str]] = {}
         for node in sorted(nodes, key=lambda n: n.node_id):
             self.nodes[node.node_id] = node
             if node.total_gpus <= 0:
                 continue
-            kind = node.gpu_type
-            buckets = self._buckets.setdefault(kind, [])
-            size = max(node.total_gpus, len(node.free_gpus))
-            while len(buckets) <= size:
-                buckets.append({})
-            buckets[len(node.free_gpus)][node.node_id] = None
-            self._free[kind] = self._free.get(kind, 0) + len(node.free_gpus)
+            kind, free = node.gpu_type, len(node.free_gpus)
+            size = max(node.total_gpus, free)
+            for buckets in (
+                self._buckets.setdefault(kind, []),
+                self._rack_buckets.setdefault((kind, node.rack), []),
+            ):
+                while len(buckets) <= size:
+                    buckets.append({})
+                buckets[free][node.node_id] = None
+            self._free[kind] = self._free.get(kind, 0) + free
+            self._rack_free[(kind, node.rack)] = self._rack_free.get((kind, node.rack), 0) + free
             self._largest[kind] = max(self._largest.get(kind, 0), node.total_gpus)
         self._types = sorted(self._buckets, key=lambda kind: (-self._free[kind], kind))
+        for kind, rack in sorted(self._rack_buckets):
+            self._racks.setdefault(kind, []).append(rack)
 
     def types(self) -> list[str]:
         """GPU types of ready nodes, the most free GPUs (when the index was built) first."""
         return self._types
 
-    def free(self, gpu_type: str | None = None) -> int:
+    def free(self, gpu_type: str | None = None, rack: str | None = None) -> int:
         if gpu_type is None:
             return sum(self._free.values())
+        if rack is not None:
+            return self._rack_free.get((gpu_type, rack), 0)
         return self._free.get(gpu_type, 0)
+
+    def racks(self, gpu_type: str) -> list[str]:
+        """The racks with nodes of the type ("" for nodes without a label)."""
+        return self._racks.get(gpu_type, [])
 
     def largest(self, gpu_type: str | None = None) -> int:
         """GPUs of the biggest ready node (of the type), free or not."""
@@ -64,17 +86,24 @@ class NodeIndex:
             return max(self._largest.values(), default=0)
         return self._largest.get(gpu_type, 0)
 
-    def most_free(self, gpu_type: str) -> int:
-        """The most free GPUs on any one node of the type."""
-        buckets = self._buckets.get(gpu_type, [])
+    def _buckets_of(self, gpu_type: str, rack: str | None) -> list[dict[str, None]]:
+        if rack is None:
+            return self._buckets.get(gpu_type, [])
+        return self._rack_buckets.get((gpu_type, rack), [])
+
+    def most_free(self, gpu_type: str, rack: str | None = None) -> int:
+        """The most free GPUs on any one node of the type (in the rack)."""
+        buckets = self._buckets_of(gpu_type, rack)
         for count in range(len(buckets) - 1, 0, -1):
             if buckets[count]:
                 return count
         return 0
 
-    def best_fit(self, gpu_type: str, want: int, exclude: Iterable[str] = ()) -> str | None:
-        """The node of the type with the fewest free GPUs that still has ``want``."""
-        buckets = self._buckets.get(gpu_type, [])
+    def best_fit(
+        self, gpu_type: str, want: int, exclude: Iterable[str] = (), rack: str | None = None
+    ) -> str | None:
+        """The node of the type (in the rack) with the fewest free GPUs that still has ``want``."""
+        buckets = self._buckets_of(gpu_type, rack)
         excluded = set(exclude)
         for count in range(max(want, 1), len(buckets)):
             for node_id in buckets[count]:
@@ -83,11 +112,15 @@ class NodeIndex:
         return None
 
     def take(self, node_id: str, count: int) -> tuple[int, ...]:
-        """The ``count`` lowest free GPU indices of the node, now taken."""
+        """``count`` free GPUs of the node, now taken: NVLink-close ones (``nvlink_choice``)."""
         node = self.nodes[node_id]
-        taken = tuple(node.free_gpus[:count])
-        self._rebucket(node, node.free_gpus[count:])
-        return taken
+        if not node.domains:
+            taken = tuple(node.free_gpus[:count])  # one domain: the lowest indices
+            self._rebucket(node, node.free_gpus[count:])
+            return taken
+        chosen = nvlink_choice(node.free_gpus, node.domains, count)
+        self._rebucket(node, [g for g in node.free_gpus if g not in chosen])
+        return chosen
 
     def take_exact(self, node_id: str, gpus: Iterable[int]) -> None:
         node = self.nodes[node_id]
@@ -109,13 +142,15 @@ class NodeIndex:
         self._rebucket(node, sorted([*node.free_gpus, *back]))
 
     def _rebucket(self, node: NodeCapacity, free: list[int]) -> None:
-        buckets = self._buckets[node.gpu_type]
-        del buckets[len(node.free_gpus)][node.node_id]
-        self._free[node.gpu_type] += len(free) - len(node.free_gpus)
+        kind, change = node.gpu_type, len(free) - len(node.free_gpus)
+        for buckets in (self._buckets[kind], self._rack_buckets[(kind, node.rack)]):
+            del buckets[len(node.free_gpus)][node.node_id]
+            while len(buckets) <= len(free):
+                buckets.append({})
+            buckets[len(free)][node.node_id] = None
+        self._free[kind] += change
+        self._rack_free[(kind, node.rack)] += change
         node.free_gpus = free
-        while len(buckets) <= len(free):
-            buckets.append({})
-        buckets[len(free)][node.node_id] = None
 
     def least_loaded(self, prefer: Iterable[str], exclude: Iterable[str] = ()) -> str | None:
         """A node for a GPU-less instance: one the job already uses, else the least loaded."""
@@ -127,6 +162,51 @@ class NodeIndex:
         return None if best is None else best.node_id
 
 
+def nvlink_choice(free: list[int], domains: dict[int, int], count: int) -> tuple[int, ...]:
+    """``count`` of the ``free`` GPUs, NVLink-close: all from the domain with the fewest
+    free GPUs that still has ``count`` (lowest indices), else from the fullest domains first."""
+    by_domain: dict[int, list[int]] = {}
+    for gpu in free:  # ascending, so each domain's list is too
+        by_domain.setdefault(domains.get(gpu, 0), []).append(gpu)
+    fitting = [d for d, gpus in by_domain.items() if len(gpus) >= count]
+    if fitting:
+        best = min(fitting, key=lambda d: (len(by_domain[d]), d))
+        return tuple(by_domain[best][:count])
+    chosen: list[int] = []
+    for domain in sorted(by_domain, key=lambda d: (-len(by_domain[d]), d)):
+        chosen.extend(by_domain[domain][: count - len(chosen)])
+        if len(chosen) == count:
+            break
+    return tuple(sorted(chosen))
+
+
+class _Gang:
+    """One placement attempt: what it took, so it can be given back if the gang fails."""
+
+    def __init__(self, index: NodeIndex) -> None:
+        self.index = index
+        self.used: dict[str, None] = {}  # nodes of this job, in the order they were chosen
+        self.taken: list[InstancePlacement] = []
+
+    def put(self, role: str, number: int, node_id: str, gpus: int) -> None:
+        node_gpus = self.index.take(node_id, gpus) if gpus else ()
+        self.index.nodes[node_id].load += 1
+        self.used[node_id] = None
+        self.taken.append(InstancePlacement(role, number, node_id, node_gpus))
+
+    def undo(self) -> None:
+        for placement in self.taken:
+            if placement.gpu_indices:
+                self.index.give(placement.node_id, placement.gpu_indices)
+            self.index.nodes[placement.node_id].load -= 1
+
+    def placements(self) -> list[InstancePlacement]:
+        return sorted(self.taken, key=lambda p: (p.role, p.index))
+
+
+Instance = tuple[str, int, int]  # role, index, GPUs
+
+
 def place_gang(job: PendingJob, index: NodeIndex, gpu_type: str) -> list[InstancePlacement] | None:
     """Place every instance of ``job`` on nodes of ``gpu_type``, or nothing (see the module
     docstring for the rules); the index is updated only on success."""
@@ -136,58 +216,59 @@ def place_gang(job: PendingJob, index: NodeIndex, gpu_type: str) -> list[Instanc
     need = job.gpus
     if need > index.free(gpu_type):
         return None  # the common case in a busy cluster: answered without looking at a node
-    used: dict[str, None] = {}  # nodes of this job, in the order they were chosen
-    taken: list[InstancePlacement] = []
-
-    def undo() -> None:
-        for placement in taken:
-            if placement.gpu_indices:
-                index.give(placement.node_id, placement.gpu_indices)
-            index.nodes[placement.node_id].load -= 1
-
-    def put(role: str, number: int, node_id: str, gpus: int) -> None:
-        node_gpus = index.take(node_id, gpus) if gpus else ()
-        index.nodes[node_id].load += 1
-        used[node_id] = None
-        taken.append(InstancePlacement(role, number, node_id, node_gpus))
-
     if need and job.topology != "one_per_node" and need <= index.largest(gpu_type):
         node_id = index.best_fit(gpu_type, need)
         if node_id is not None:
+            gang = _Gang(index)
             for role, number, gpus in instances:
-                put(role, number, node_id, gpus)
-            return sorted(taken, key=lambda p: (p.role, p.index))
+                gang.put(role, number, node_id, gpus)
+            return gang.placements()
         if job.topology == "single_node":
             return None
     elif job.topology == "single_node" and need:
         return None
+    racks = index.racks(gpu_type)
+    if len(racks) > 1 and need:
+        # Several nodes, several racks: one rack if one can hold it all, best fit first.
+        roomy = [rack for rack in racks if index.free(gpu_type, rack) >= need]
+        for rack in sorted(roomy, key=lambda r: (index.free(gpu_type, r), r)):
+            placed = _spread(job, index, gpu_type, instances, rack)
+            if placed is not None:
+                return placed
+    return _spread(job, index, gpu_type, instances, None)
 
-    remaining = need
+
+def _spread(
+    job: PendingJob, index: NodeIndex, gpu_type: str, instances: list[Instance], rack: str | None
+) -> list[InstancePlacement] | None:
+    """Instance by instance over several nodes (of ``rack`` when given), or nothing."""
+    gang = _Gang(index)
+    remaining = job.gpus
     for role, number, gpus in instances:
         node_id = None
         if gpus == 0:
             if job.topology == "one_per_node":
-                node_id = index.least_loaded((), exclude=used)
+                node_id = index.least_loaded((), exclude=gang.used)
             else:
-                node_id = index.least_loaded(used)
+                node_id = index.least_loaded(gang.used)
         else:
             if job.topology == "pack":
-                roomy = [n for n in used if len(index.nodes[n].free_gpus) >= gpus]
+                roomy = [n for n in gang.used if len(index.nodes[n].free_gpus) >= gpus]
                 if roomy:
                     node_id = min(roomy, key=lambda n: len(index.nodes[n].free_gpus))
             if node_id is None:
-                exclude = used if job.topology == "one_per_node" else ()
+                exclude = gang.used if job.topology == "one_per_node" else ()
                 want = (
                     gpus
                     if job.topology == "one_per_node"
-                    else max(gpus, min(remaining, index.most_free(gpu_type)))
+                    else max(gpus, min(remaining, index.most_free(gpu_type, rack)))
                 )
-                node_id = index.best_fit(gpu_type, want, exclude)
+                node_id = index.best_fit(gpu_type, want, exclude, rack)
                 if node_id is None and want > gpus:
-                    node_id = index.best_fit(gpu_type, gpus, exclude)
+                    node_id = index.best_fit(gpu_type, gpus, exclude, rack)
         if node_id is None:
-            undo()
+            gang.undo()
             return None
-        put(role, number, node_id, gpus)
+        gang.put(role, number, node_id, gpus)
         remaining -= gpus
-    return sorted(taken, key=lambda p: (p.role, p.index))
+    return gang.placements()

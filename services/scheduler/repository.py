@@ -53,12 +53,15 @@ async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = T
     nodes = {}
     for row in await conn.fetch(SQL.ready_nodes):
         indices = [i for i in row["gpu_indices"] if i is not None]
+        domains = dict(zip(indices, (d for d in row["gpu_domains"] if d is not None), strict=True))
         busy = used.get(row["id"], set())
         nodes[row["id"]] = NodeCapacity(
             row["id"],
             [i for i in indices if i not in busy],
             total_gpus=len(indices),
             gpu_type=gpu_type_of(row["model"]) if row["model"] else "",
+            rack=row["rack"],
+            domains=domains if len(set(domains.values())) > 1 else {},  # one domain: none to keep
         )
     running = await _running_jobs(conn, allocations, nodes)
     # The spec was validated at submit; the cycle reads just the demands, pre-extracted by

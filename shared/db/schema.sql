@@ -380,7 +380,8 @@ CREATE TABLE monitor.gpus (
     uuid text NOT NULL,
     model text NOT NULL,
     memory_total_mb integer NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    nvlink_domain integer DEFAULT 0 NOT NULL
 );
 CREATE TABLE monitor.nodes (
     id text NOT NULL,
@@ -399,6 +400,7 @@ CREATE TABLE monitor.nodes (
     expected_gpus integer DEFAULT 0 NOT NULL,
     health_marks jsonb DEFAULT '{}'::jsonb NOT NULL,
     health_waivers text[] DEFAULT '{}'::text[] NOT NULL,
+    rack text DEFAULT ''::text NOT NULL,
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
 );
 CREATE VIEW monitor.gpu_status AS
@@ -427,7 +429,9 @@ CREATE VIEW monitor.gpu_status AS
     n.state AS node_state,
     (n.drained_at IS NOT NULL) AS drained,
     o.job_id,
-    o.task
+    o.task,
+    g.nvlink_domain,
+    n.rack
    FROM (((monitor.gpus g
      JOIN monitor.nodes n ON ((n.id = g.node_id)))
      LEFT JOIN monitor.gpu_readings r ON (((r.node_id = g.node_id) AND (r.index = g.index))))

@@ -17,6 +17,11 @@ class GpuInfo(EventData):
     uuid: str
     model: str
     memory_total_mb: int
+    nvlink_domain: int = 0
+
+
+# A topology label (rack, switch): what a node shares with its nearest neighbours.
+RACK_PATTERN = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,62})?$"
 
 
 class NodeRegisteredData(EventData):
@@ -24,6 +29,7 @@ class NodeRegisteredData(EventData):
     hostname: str
     simulated: bool
     gpus: list[GpuInfo]
+    rack: str = ""
 
 
 class NodeRegistered(Envelope):
@@ -145,6 +151,12 @@ class GpuSample(EventData):
     )
     lost: bool = False
     unsupported: list[str] = Field(default_factory=list, max_length=32)
+    nvlink_domain: int = Field(
+        default=0,
+        ge=0,
+        le=1023,
+        description="GPUs of a node with the same number are connected by NVLink (one domain: all)",
+    )
 
 
 class NodeTelemetryData(EventData):
@@ -160,6 +172,11 @@ class NodeTelemetryData(EventData):
         max_length=64,
         pattern=TEXT,
         description="changes when the exporter restarts (counters reset)",
+    )
+    rack: str = Field(
+        default="",
+        pattern=RACK_PATTERN,
+        description="the node's topology label (rack or switch); '' when not given",
     )
     gpus: list[GpuSample] = Field(max_length=1024)
 

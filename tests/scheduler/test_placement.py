@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.model import NodeCapacity, PendingJob, TaskDemand
-from services.scheduler.placement import NodeIndex, place_gang
+from services.scheduler.placement import NodeIndex, nvlink_choice, place_gang
 from services.scheduler.planner import decide, plan
 
 
@@ -120,3 +120,52 @@ def test_no_gpu_is_given_twice_and_gangs_are_whole(
     left = {(n, g) for n, node in nodes.items() for g in node.free_gpus}
     everything = {(f"n{i}", g) for i, count in enumerate(free) for g in range(count)}
     assert left == everything - taken
+
+
+# --- topology: racks and NVLink domains ------------------------------------------------
+
+
+def _racked(*nodes: tuple[str, str, int]) -> list[NodeCapacity]:
+    """(node, rack, free GPUs) of 8-GPU nodes."""
+    return [NodeCapacity(n, list(range(8 - free, 8)), total_gpus=8, rack=rack) for n, rack, free in nodes]
+
+
+def test_a_multi_node_gang_stays_in_one_rack_the_fullest_that_holds_it() -> None:
+    nodes = _racked(
+        ("a1", "ra", 8), ("b1", "rb", 8), ("b2", "rb", 8), ("b3", "rb", 4), ("c1", "rc", 8), ("c2", "rc", 8)
+    )
+    placements = place_gang(_job("j", (2, 8)), NodeIndex(nodes), "") or []
+    # rb (20 free) and rc (16 free) can hold 16 GPUs; rc is the tighter fit. Without racks
+    # best fit would have taken a1 (first in id order) and another rack's node.
+    assert sorted(p.node_id for p in placements) == ["c1", "c2"]
+
+
+def test_a_gang_no_rack_can_hold_spreads_across_racks() -> None:
+    nodes = _racked(("a1", "ra", 8), ("b1", "rb", 8), ("c1", "rc", 4))
+    placements = place_gang(_job("j", (2, 8)), NodeIndex(nodes), "") or []
+    assert sorted(p.node_id for p in placements) == ["a1", "b1"]
+
+
+def test_a_task_takes_its_gpus_from_one_nvlink_domain() -> None:
+    # Two domains of four GPUs; domain 0 has 0 and 1 taken, domain 1 is whole.
+    node = NodeCapacity("n0", [2, 3, 4, 5, 6, 7], total_gpus=8, domains={g: g // 4 for g in range(8)})
+    index = NodeIndex([node])
+    [pair] = place_gang(_job("pair", (1, 2)), index, "") or []
+    assert pair.gpu_indices == (2, 3)  # the fuller domain still holds two: domain 1 stays whole
+    [quad] = place_gang(_job("quad", (1, 4)), index, "") or []
+    assert quad.gpu_indices == (4, 5, 6, 7)
+    assert node.free_gpus == []
+
+
+@pytest.mark.parametrize(
+    ("free", "count", "chosen"),
+    [
+        ([0, 1, 2, 3, 4, 5, 6, 7], 1, (0,)),
+        ([1, 2, 3, 4, 5, 6, 7], 1, (1,)),  # the partly used domain 0, not whole domain 1
+        ([1, 2, 3, 4, 5, 6, 7], 4, (4, 5, 6, 7)),
+        ([1, 2, 3, 5, 6, 7], 4, (1, 2, 3, 5)),  # no domain has 4: as few domains as possible
+        ([0, 4, 5], 2, (4, 5)),
+    ],
+)
+def test_nvlink_choice(free: list[int], count: int, chosen: tuple[int, ...]) -> None:
+    assert nvlink_choice(free, {g: g // 4 for g in range(8)}, count) == chosen

@@ -87,8 +87,19 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         )
         for n in range(draw(st.integers(1, 10)))
     ]
+    # Topology too: racks, and NVLink domains of 1, 2 or 4 GPUs (or one for the node).
+    domain_size = {node_id: draw(st.sampled_from([0, 1, 2, 4])) for node_id in free}
     nodes = [
-        NodeCapacity(node_id, list(gpus), total_gpus=sizes[i][0], gpu_type=kind[node_id])
+        NodeCapacity(
+            node_id,
+            list(gpus),
+            total_gpus=sizes[i][0],
+            gpu_type=kind[node_id],
+            rack=draw(st.sampled_from(["", "r1", "r2"])),
+            domains={g: g // domain_size[node_id] for g in range(sizes[i][0])}
+            if domain_size[node_id]
+            else {},
+        )
         for i, (node_id, gpus) in enumerate(free.items())
     ]
     return Scenario(nodes, running, pending, vcs)

@@ -1,6 +1,6 @@
 -- name: list_nodes
 SELECT n.id, n.hostname, n.simulated, n.state, n.gpu_count, n.expected_gpus, n.last_heartbeat,
-       n.drained_at, n.drain_reason, n.drained_by, n.drain_evicts,
+       n.drained_at, n.drain_reason, n.drained_by, n.drain_evicts, n.rack,
        (SELECT count(*) FROM monitor.gpu_readings r WHERE r.node_id = n.id AND r.lost) AS lost_gpus,
        (SELECT coalesce(sum(cardinality(a.gpu_indices)), 0) FROM launcher.attempts a
         WHERE a.node_id = n.id AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')) AS gpus_in_use

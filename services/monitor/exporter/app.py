@@ -45,6 +45,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
                 interval_s=settings.exporter.interval_s,
                 boot_id=boot,
                 gpus=gpus,
+                rack=settings.exporter.rack,
             ),
         )
         try:
@@ -64,6 +65,7 @@ async def serve(settings: Settings) -> None:
         simulated_gpus=exporter.simulated_gpus,
         simulated_model=exporter.simulated_model,
         faults_file=exporter.faults_file,
+        simulated_nvlink_domain_size=exporter.simulated_nvlink_domain_size,
     )
     bus = await NatsBus.connect(settings.common.nats, name=f"corral-exporter-{exporter.node_id}")
     try:

@@ -30,6 +30,7 @@ def open_backend(
     simulated_gpus: int,
     simulated_model: str,
     faults_file: Path | None = None,
+    simulated_nvlink_domain_size: int = 0,
 ) -> GpuBackend:
     """NVML when asked for, or ("auto") when it finds GPUs; the simulated GPUs otherwise."""
     from services.monitor.exporter.simulated import SimulatedGpus
@@ -47,4 +48,10 @@ def open_backend(
             if backend.gpu_count or kind == "nvml":
                 return backend
             backend.close()
-    return SimulatedGpus(simulated_gpus, simulated_model, node_id, faults_file=faults_file)
+    return SimulatedGpus(
+        simulated_gpus,
+        simulated_model,
+        node_id,
+        faults_file=faults_file,
+        nvlink_domain_size=simulated_nvlink_domain_size,
+    )

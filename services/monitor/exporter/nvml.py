@@ -17,6 +17,7 @@ from typing import Any
 
 import pynvml
 
+from services.monitor.exporter.topology import nvlink_domains
 from shared.events.nodes import GpuSample
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,19 @@ class NvmlGpus:
         self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         # Identity that outlives a lost GPU (a lost GPU answers nothing, not even its name).
         self._identity = [self._identify(h, i) for i, h in enumerate(self._handles)]
+        self._domains = nvlink_domains(len(self._handles), self._nvlinked)
         self._xids = XidWatcher(self._handles)
+
+    def _nvlinked(self, i: int, j: int) -> bool:
+        """NVML's peer-to-peer status over NVLink; an error (no NVLink on these GPUs, an
+        old driver) means not connected, so such GPUs get a domain each."""
+        try:
+            status = pynvml.nvmlDeviceGetP2PStatus(
+                self._handles[i], self._handles[j], pynvml.NVML_P2P_CAPS_INDEX_NVLINK
+            )
+        except pynvml.NVMLError:
+            return False
+        return bool(status == pynvml.NVML_P2P_STATUS_OK)
 
     @staticmethod
     def _identify(handle: object, index: int) -> tuple[str, str, int]:
@@ -164,6 +177,7 @@ class NvmlGpus:
             "memory_total_mb": memory_total_mb,
             "last_xid": last_xid,
             "xid_count": xid_count,
+            "nvlink_domain": self._domains[index],
         }
         r = _Reader(handle)
         try:

@@ -34,6 +34,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from services.monitor.exporter.topology import simulated_domains
 from shared.events.nodes import GpuSample
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,10 @@ class SimulatedGpus:
         node_id: str,
         memory_total_mb: int = 81_559,
         faults_file: Path | None = None,
+        nvlink_domain_size: int = 0,
     ) -> None:
         self._model = model
+        self._domains = simulated_domains(count, nvlink_domain_size)
         self._memory_total_mb = memory_total_mb
         # Stable per node and index, so a restarted exporter reports the same inventory.
         self._uuids = [
@@ -148,6 +151,7 @@ class SimulatedGpus:
             "memory_total_mb": self._memory_total_mb,
             "last_xid": last_xid,
             "xid_count": xid_count,
+            "nvlink_domain": self._domains[index],
         }
         if fault.lost:
             return GpuSample(**identity, lost=True)

@@ -7,14 +7,14 @@ SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR N
 -- Many nodes at once (new to this monitor, or their GPUs changed); returns the GPUs each
 -- is expected to have.
 INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address,
-                                 expected_gpus)
-SELECT r.id, r.hostname, r.simulated, 'READY', r.gpu_count, now(), r.address, r.gpu_count
-FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[])
-     AS r(id, hostname, simulated, gpu_count, address)
+                                 expected_gpus, rack)
+SELECT r.id, r.hostname, r.simulated, 'READY', r.gpu_count, now(), r.address, r.gpu_count, r.rack
+FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[], $6::text[])
+     AS r(id, hostname, simulated, gpu_count, address, rack)
 ORDER BY r.id
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
-    address = EXCLUDED.address,
+    address = EXCLUDED.address, rack = EXCLUDED.rack,
     last_heartbeat = now(),
     expected_gpus = greatest(n.expected_gpus, EXCLUDED.gpu_count),
     state = 'READY',
@@ -22,8 +22,10 @@ SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EX
 RETURNING n.id, n.expected_gpus;
 
 -- name: gpu_inventories
-SELECT node_id, index, uuid, model, memory_total_mb
-FROM monitor.gpus WHERE node_id = ANY($1::text[]) ORDER BY node_id, index;
+-- Each node's rack and GPUs as stored (one row with a NULL index for a node without GPUs).
+SELECT n.id AS node_id, n.rack, g.index, g.uuid, g.model, g.memory_total_mb, g.nvlink_domain
+FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
+WHERE n.id = ANY($1::text[]) ORDER BY n.id, g.index;
 
 -- name: delete_gpus_beyond
 -- GPUs a node no longer reports (it sent fewer than before), and their readings.
@@ -36,13 +38,13 @@ WITH gone AS (
 DELETE FROM monitor.gpu_readings x USING gone WHERE x.node_id = gone.node_id AND x.index = gone.index;
 
 -- name: upsert_inventory
-INSERT INTO monitor.gpus AS g (node_id, index, uuid, model, memory_total_mb, updated_at)
-SELECT r.node_id, r.index, r.uuid, r.model, r.memory_total_mb, now()
-FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[])
-     AS r(node_id, index, uuid, model, memory_total_mb)
+INSERT INTO monitor.gpus AS g (node_id, index, uuid, model, memory_total_mb, nvlink_domain, updated_at)
+SELECT r.node_id, r.index, r.uuid, r.model, r.memory_total_mb, r.nvlink_domain, now()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::int[], $6::int[])
+     AS r(node_id, index, uuid, model, memory_total_mb, nvlink_domain)
 ON CONFLICT (node_id, index) DO UPDATE
 SET uuid = EXCLUDED.uuid, model = EXCLUDED.model, memory_total_mb = EXCLUDED.memory_total_mb,
-    updated_at = now();
+    nvlink_domain = EXCLUDED.nvlink_domain, updated_at = now();
 
 -- name: upsert_readings
 -- One row per GPU, all of a batch at once (arrays in GPU order).

@@ -10,14 +10,15 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
 -- Ready: the monitor hears the node and has not drained it, and a node agent holds a live
 -- lease to run tasks there. A GPU NVML reports lost is no capacity. A node's GPUs are of
 -- one model (its type is derived from the model in Python: shared/gpu_types.py).
-SELECT n.id, array_agg(g.index ORDER BY g.index) AS gpu_indices, min(g.model) AS model
+SELECT n.id, n.rack, array_agg(g.index ORDER BY g.index) AS gpu_indices,
+       array_agg(g.nvlink_domain ORDER BY g.index) AS gpu_domains, min(g.model) AS model
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
 LEFT JOIN monitor.gpus g
     ON g.node_id = n.id
    AND NOT EXISTS (SELECT 1 FROM monitor.gpu_readings r WHERE r.node_id = g.node_id AND r.index = g.index AND r.lost)
 WHERE n.state = 'READY' AND n.drained_at IS NULL
-GROUP BY n.id;
+GROUP BY n.id, n.rack;
 
 -- name: node_models
 -- The GPU model of every node holding allocations (ready or not), to type running jobs.

@@ -1,0 +1,65 @@
+"""Topology from the exporters to the placement, on real Postgres: a node's rack and its
+GPUs' NVLink domains, as the simulated exporter reports them, reach the monitor's tables
+and the scheduler's snapshot, and decide where a gang goes."""
+
+from __future__ import annotations
+
+import json
+
+from services.launcher.repository import SQL as LAUNCHER_SQL
+from services.monitor.exporter.simulated import SimulatedGpus
+from services.monitor.health import default_rules
+from services.monitor.ingest import HeartbeatIngest
+from services.monitor.settings import MonitorSettings
+from services.scheduler.model import PendingJob, TaskDemand
+from services.scheduler.planner import plan
+from services.scheduler.repository import load_snapshot
+from shared.db.pool import Database
+from shared.events import NodeTelemetry
+from shared.events.nodes import NodeTelemetryData
+
+
+def heartbeat(node: str, rack: str, domain_size: int = 4) -> bytes:
+    gpus = SimulatedGpus(8, "NVIDIA H100 80GB HBM3", node, nvlink_domain_size=domain_size)
+    data = NodeTelemetryData(
+        node_id=node, hostname=node, simulated=True, interval_s=1.0, gpus=gpus.sample(), rack=rack
+    )
+    return NodeTelemetry(source="corral/exporter", subject=node, data=data).model_dump_json().encode()
+
+
+async def test_racks_and_nvlink_domains_reach_the_scheduler_and_place_the_gang(db: Database) -> None:
+    monitor = HeartbeatIngest(db, default_rules(), MonitorSettings(touch_interval_s=0.001))
+    racks = {"a1": "ra", "b1": "rb", "b2": "rb"}
+    for node, rack in racks.items():
+        monitor.receive(heartbeat(node, rack))
+        await db.fetchval(LAUNCHER_SQL.register_agent, node, 60.0)  # a node agent holds it
+    await monitor.flush()
+    assert dict(await db.fetch("SELECT id, rack FROM monitor.nodes")) == racks  # type: ignore[arg-type]
+    domains = await db.fetch(
+        "SELECT index, nvlink_domain FROM monitor.gpus WHERE node_id = 'b1' ORDER BY index"
+    )
+    assert [r["nvlink_domain"] for r in domains] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+    async with db.transaction() as conn:
+        snapshot = await load_snapshot(conn, 10)
+    assert {n.node_id: n.rack for n in snapshot.nodes.values()} == racks
+    assert snapshot.nodes["b1"].domains == {g: g // 4 for g in range(8)}
+    gang = PendingJob("job-1", 1, 0, (TaskDemand("worker", 2, 8),))
+    [decision] = plan([gang], snapshot.nodes).decisions
+    assert {p.node_id for p in decision.placements} == {"b1", "b2"}  # one rack, not a1 + b1
+    pair = PendingJob("job-2", 1, 0, (TaskDemand("worker", 1, 2),))
+    [decision] = plan([pair], snapshot.nodes).decisions
+    assert decision.placements[0].gpu_indices == (0, 1)  # one NVLink domain
+
+    # Relabelling a node (moved to another rack) registers it again, with its new rack.
+    monitor.receive(heartbeat("a1", "rb"))
+    await monitor.flush()
+    assert await db.fetchval("SELECT rack FROM monitor.nodes WHERE id = 'a1'") == "rb"
+    announced = [
+        json.loads(r["payload"])["data"]
+        for r in await db.fetch(
+            "SELECT payload FROM corral.outbox WHERE subject = 'corral.node.registered.a1' ORDER BY id"
+        )
+    ]
+    assert [a["rack"] for a in announced] == ["ra", "rb"]
+    assert [g["nvlink_domain"] for g in announced[-1]["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
