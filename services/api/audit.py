@@ -41,16 +41,18 @@ def set_audit_target(request: Request, target: str) -> None:
 
 
 def target_of(scope: Scope) -> str | None:
+    """The route's id parameter, as sent even when it failed validation (an attempt on
+    ``../etc`` is worth seeing), cut short and without control characters."""
     state = scope.get("state") or {}
-    if state.get("audit_target"):
-        return str(state["audit_target"])
     params: dict[str, object] = scope.get("path_params") or {}
-    for name in _TARGET_PARAMS:
-        if name in params:
-            return str(params[name])
-    # Routes of named things: /groups/{name}/members/{username} acts on name's membership.
-    parts = [str(params[k]) for k in ("name", "username") if k in params]
-    return "/".join(parts) or None
+    if state.get("audit_target"):
+        target = str(state["audit_target"])
+    elif found := [name for name in _TARGET_PARAMS if name in params]:
+        target = str(params[found[0]])
+    else:
+        # Routes of named things: /groups/{name}/members/{username} acts on a membership.
+        target = "/".join(str(params[k]) for k in ("name", "username") if k in params)
+    return "".join(c if c.isprintable() else "?" for c in target[:200]) or None
 
 
 class AuditLog:

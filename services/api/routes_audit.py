@@ -19,6 +19,7 @@ from services.api.tenant_repository import TenantRepository
 from shared.jobs import NAME_PATTERN
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # Postgres text holds no NUL
 
 
 class AuditEntry(BaseModel):
@@ -43,13 +44,16 @@ async def list_audit(
     request: Request,
     principal: AuthenticatedPrincipal,
     user: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-    target: Annotated[str | None, Query(max_length=200)] = None,
+    target: Annotated[str | None, Query(max_length=200, pattern=_PRINTABLE)] = None,
     method: Literal["POST", "PUT", "PATCH", "DELETE"] | None = None,
-    route: Annotated[str | None, Query(max_length=200, description="a route template")] = None,
+    route: Annotated[
+        str | None, Query(max_length=200, pattern=_PRINTABLE, description="a route template")
+    ] = None,
     since: Annotated[AwareDatetime | None, Query(description="at or after")] = None,
     until: Annotated[AwareDatetime | None, Query(description="before")] = None,
     min_status: Annotated[int | None, Query(ge=100, le=599, description="e.g. 400: refusals")] = None,
-    cursor: Annotated[str | None, Query(pattern=r"^[1-9][0-9]{0,18}$")] = None,
+    # 18 digits at most: always a bigint, so a forged cursor is a 422, never a 500.
+    cursor: Annotated[str | None, Query(pattern=r"^[1-9][0-9]{0,17}$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditPage:
     """Every mutating call: who, what, on what, the outcome, from where; newest first."""

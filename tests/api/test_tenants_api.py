@@ -305,6 +305,9 @@ async def test_bad_tenant_input_is_refused_and_changes_nothing(teams: Teams, db:
         ("PUT", "/api/v1/virtual-clusters/speech", {"allowed_groups": ["../x"]}, 422, "allowed_groups"),
         ("DELETE", "/api/v1/users/admin", None, 422, "cannot delete yourself"),
         ("DELETE", "/api/v1/tokens/tok-nope", None, 404, "no token"),
+        ("GET", "/api/v1/audit?cursor=99999999999999999999", None, 422, "cursor"),
+        ("GET", "/api/v1/audit?target=a%00b", None, 422, "target"),
+        ("GET", "/api/v1/audit?since=2030-01-01T00:00:00", None, 422, "timezone"),
     ]:
         response = await teams.admin.request(method, path, json=body)
         assert response.status_code == status, (method, path, body, response.text)
