@@ -194,9 +194,17 @@ class _Planner:
     # --- the cycle --------------------------------------------------------------------
 
     def ordered(self) -> list[PendingJob]:
+        within_quota: dict[tuple[str, str | None, int], bool] = {}  # by what decides it
+
         def key(job: PendingJob) -> tuple[int, int, int, int, int]:
             user_gpus = self.tally.per_user.get((job.vc, job.user), 0)
-            if job.gpus == 0 or any(self.headroom(job, t) >= job.gpus for t in self.candidate_types(job)):
+            kind = (job.vc, job.gpu_type, job.gpus)
+            fits = within_quota.get(kind)
+            if fits is None:
+                fits = within_quota[kind] = job.gpus == 0 or any(
+                    self.headroom(job, t) >= job.gpus for t in self.candidate_types(job)
+                )
+            if fits:
                 return (0, 0, -job.priority, user_gpus, self._order[job.job_id])
             borrowed = self.tally.borrowed.get(job.vc, 0)
             return (1, borrowed, -job.priority, user_gpus, self._order[job.job_id])
