@@ -7,7 +7,8 @@ talks to the API through the SDK (``corral.sdk``): ``login``, ``submit``, ``jobs
 ``show``, ``logs``, ``cancel``, ``why``, ``vcs``/``vc``, ``nodes``/``node``, ``gpus``,
 ``drain``/``undrain``, ``services``, ``alerts``, ``ack``/``resolve``,
 ``silences``/``silence``/``unsilence``, ``alert-rules``, ``webhooks``/``webhook``,
-``events``. ``corral --help`` and ``corral COMMAND --help`` say more.
+``events``, ``whoami``, ``tokens``/``token``, ``users``/``user``, ``groups``/``group``.
+``corral --help`` and ``corral COMMAND --help`` say more.
 
 The commands are typer commands (``corral/commands/``). ``main`` runs them without
 click's standalone mode so that it alone decides the exit code (``commands/errors.py``):
@@ -24,13 +25,13 @@ from typing import Annotated
 
 import typer
 
-from corral.commands import alerts, events, jobs, login, nodes, vcs, webhooks
+from corral.commands import alerts, events, jobs, login, nodes, tenants, vcs, webhooks
 from corral.commands.errors import INTERRUPTED, UsageProblem, exit_code, message
 from corral.commands.session import Options
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
 from corral.sdk import CorralError
 
-API_COMMANDS = (login, jobs, vcs, nodes, alerts, webhooks, events)
+API_COMMANDS = (login, jobs, vcs, nodes, alerts, webhooks, events, tenants)
 
 
 def _service(module: str) -> Callable[[], None]:

@@ -40,6 +40,7 @@ from corral.sdk.models import (
     Event,
     Gpu,
     GpuHistory,
+    Group,
     Job,
     JobPage,
     Matcher,
@@ -51,9 +52,13 @@ from corral.sdk.models import (
     ServiceInstance,
     Silence,
     SilenceAccepted,
+    Token,
+    TokenCreated,
+    User,
     VirtualCluster,
     Webhook,
     WebhookCreated,
+    WhoAmI,
 )
 from corral.sdk.retries import RetryPolicy
 from corral.sdk.specs import load_job_spec
@@ -325,6 +330,60 @@ class AsyncClient:
 
     async def redeliver(self, webhook_id: str, delivery_id: int) -> RedeliveryAccepted:
         return await self._run(op.redeliver(webhook_id, delivery_id))
+
+    # Users, groups, tokens
+    async def whoami(self) -> WhoAmI:
+        """Who this token acts as: user, role, scopes, groups, the VCs it may use."""
+        return await self._run(op.whoami())
+
+    async def list_users(self) -> list[User]:
+        return await self._run(op.list_users())
+
+    async def get_user(self, name: str) -> User:
+        return await self._run(op.get_user(name))
+
+    async def create_user(self, name: str, role: str = "user", display_name: str = "") -> User:
+        return await self._run(op.create_user(name, role, display_name))
+
+    async def set_user_role(self, name: str, role: str) -> User:
+        return await self._run(op.set_user_role(name, role))
+
+    async def delete_user(self, name: str) -> None:
+        await self._run(op.delete_user(name))
+
+    async def list_groups(self) -> list[Group]:
+        return await self._run(op.list_groups())
+
+    async def get_group(self, name: str) -> Group:
+        return await self._run(op.get_group(name))
+
+    async def create_group(self, name: str, description: str = "") -> Group:
+        return await self._run(op.create_group(name, description))
+
+    async def delete_group(self, name: str) -> None:
+        await self._run(op.delete_group(name))
+
+    async def add_group_member(self, group: str, user: str) -> Group:
+        return await self._run(op.add_member(group, user))
+
+    async def remove_group_member(self, group: str, user: str) -> None:
+        await self._run(op.remove_member(group, user))
+
+    async def list_tokens(self, user: str | None = None) -> list[Token]:
+        return await self._run(op.list_tokens(user))
+
+    async def create_token(
+        self,
+        name: str,
+        scopes: Sequence[str] | None = None,
+        expires_at: datetime | None = None,
+        user: str | None = None,
+    ) -> TokenCreated:
+        """A new bearer token (``token`` is shown only now); ``user`` for admins only."""
+        return await self._run(op.create_token(name, scopes, expires_at, user))
+
+    async def revoke_token(self, token_id: str) -> None:
+        await self._run(op.revoke_token(token_id))
 
     # The event stream
     async def events(

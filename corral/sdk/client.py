@@ -39,6 +39,7 @@ from corral.sdk.models import (
     Event,
     Gpu,
     GpuHistory,
+    Group,
     Job,
     JobPage,
     Matcher,
@@ -50,9 +51,13 @@ from corral.sdk.models import (
     ServiceInstance,
     Silence,
     SilenceAccepted,
+    Token,
+    TokenCreated,
+    User,
     VirtualCluster,
     Webhook,
     WebhookCreated,
+    WhoAmI,
 )
 from corral.sdk.retries import RetryPolicy
 from corral.sdk.specs import load_job_spec
@@ -314,6 +319,60 @@ class Client:
 
     def redeliver(self, webhook_id: str, delivery_id: int) -> RedeliveryAccepted:
         return self._run(op.redeliver(webhook_id, delivery_id))
+
+    # Users, groups, tokens
+    def whoami(self) -> WhoAmI:
+        """Who this token acts as: user, role, scopes, groups, the VCs it may use."""
+        return self._run(op.whoami())
+
+    def list_users(self) -> list[User]:
+        return self._run(op.list_users())
+
+    def get_user(self, name: str) -> User:
+        return self._run(op.get_user(name))
+
+    def create_user(self, name: str, role: str = "user", display_name: str = "") -> User:
+        return self._run(op.create_user(name, role, display_name))
+
+    def set_user_role(self, name: str, role: str) -> User:
+        return self._run(op.set_user_role(name, role))
+
+    def delete_user(self, name: str) -> None:
+        self._run(op.delete_user(name))
+
+    def list_groups(self) -> list[Group]:
+        return self._run(op.list_groups())
+
+    def get_group(self, name: str) -> Group:
+        return self._run(op.get_group(name))
+
+    def create_group(self, name: str, description: str = "") -> Group:
+        return self._run(op.create_group(name, description))
+
+    def delete_group(self, name: str) -> None:
+        self._run(op.delete_group(name))
+
+    def add_group_member(self, group: str, user: str) -> Group:
+        return self._run(op.add_member(group, user))
+
+    def remove_group_member(self, group: str, user: str) -> None:
+        self._run(op.remove_member(group, user))
+
+    def list_tokens(self, user: str | None = None) -> list[Token]:
+        return self._run(op.list_tokens(user))
+
+    def create_token(
+        self,
+        name: str,
+        scopes: Sequence[str] | None = None,
+        expires_at: datetime | None = None,
+        user: str | None = None,
+    ) -> TokenCreated:
+        """A new bearer token (``token`` is shown only now); ``user`` for admins only."""
+        return self._run(op.create_token(name, scopes, expires_at, user))
+
+    def revoke_token(self, token_id: str) -> None:
+        self._run(op.revoke_token(token_id))
 
     # The event stream
     def events(

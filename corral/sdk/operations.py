@@ -34,6 +34,7 @@ from corral.sdk.models import (
     DryRun,
     Gpu,
     GpuHistory,
+    Group,
     Job,
     JobPage,
     Matcher,
@@ -44,9 +45,13 @@ from corral.sdk.models import (
     ServiceInstance,
     Silence,
     SilenceAccepted,
+    Token,
+    TokenCreated,
+    User,
     VirtualCluster,
     Webhook,
     WebhookCreated,
+    WhoAmI,
 )
 
 T = TypeVar("T")
@@ -283,6 +288,79 @@ def list_deliveries(webhook_id: str, state: str | None, limit: int) -> Call[list
 def redeliver(webhook_id: str, delivery_id: int) -> Call[RedeliveryAccepted]:
     path = f"/api/v1/webhooks/{_seg(webhook_id)}/deliveries/{_seg(delivery_id)}/redeliver"
     return Call("POST", path, _one(RedeliveryAccepted))
+
+
+# Users, groups, tokens
+def whoami() -> Call[WhoAmI]:
+    return _get("/api/v1/whoami", _one(WhoAmI))
+
+
+def list_users() -> Call[list[User]]:
+    return _get("/api/v1/users", _items(User))
+
+
+def get_user(name: str) -> Call[User]:
+    return _get(f"/api/v1/users/{_seg(name)}", _one(User))
+
+
+def create_user(name: str, role: str, display_name: str) -> Call[User]:
+    body = {"name": name, "role": role, "display_name": display_name}
+    return Call("POST", "/api/v1/users", _one(User), body=body)
+
+
+def set_user_role(name: str, role: str) -> Call[User]:
+    return Call("PATCH", f"/api/v1/users/{_seg(name)}", _one(User), body={"role": role}, idempotent=True)
+
+
+def delete_user(name: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/users/{_seg(name)}", _nothing, idempotent=True)
+
+
+def list_groups() -> Call[list[Group]]:
+    return _get("/api/v1/groups", _items(Group))
+
+
+def get_group(name: str) -> Call[Group]:
+    return _get(f"/api/v1/groups/{_seg(name)}", _one(Group))
+
+
+def create_group(name: str, description: str) -> Call[Group]:
+    return Call("POST", "/api/v1/groups", _one(Group), body={"name": name, "description": description})
+
+
+def delete_group(name: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/groups/{_seg(name)}", _nothing, idempotent=True)
+
+
+def add_member(group: str, user: str) -> Call[Group]:
+    path = f"/api/v1/groups/{_seg(group)}/members/{_seg(user)}"
+    return Call("PUT", path, _one(Group), idempotent=True)
+
+
+def remove_member(group: str, user: str) -> Call[None]:
+    path = f"/api/v1/groups/{_seg(group)}/members/{_seg(user)}"
+    return Call("DELETE", path, _nothing, idempotent=True)
+
+
+def list_tokens(user: str | None) -> Call[list[Token]]:
+    return _get("/api/v1/tokens", _items(Token), user=user)
+
+
+def create_token(
+    name: str, scopes: Sequence[str] | None, expires_at: datetime | None, user: str | None
+) -> Call[TokenCreated]:
+    body: dict[str, Any] = {"name": name}
+    if scopes:
+        body["scopes"] = list(scopes)
+    if expires_at is not None:
+        body["expires_at"] = expires_at.isoformat()
+    if user is not None:
+        body["user"] = user
+    return Call("POST", "/api/v1/tokens", _one(TokenCreated), body=body)
+
+
+def revoke_token(token_id: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/tokens/{_seg(token_id)}", _nothing, idempotent=True)
 
 
 # The event stream

@@ -7,35 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from corral import cli
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from tests.api.conftest import Api
 from tests.api.test_events_api import _job, _subscribed, publish, running, submitted
-
-Corral = Callable[..., Coroutine[Any, Any, tuple[int, str, str]]]
-
-
-@pytest.fixture
-def corral(
-    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> Corral:
-    monkeypatch.setenv("CORRAL_URL", api.url)
-    monkeypatch.setenv("CORRAL_TOKEN", api.alice)
-    monkeypatch.setenv("CORRAL_CONFIG", str(tmp_path / "config.toml"))
-
-    async def run(*argv: str) -> tuple[int, str, str]:
-        code = await asyncio.to_thread(cli.main, list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
+from tests.cli.conftest import Corral
 
 
 async def test_jobs_commands_print_json_that_parses_and_tables_for_people(

@@ -34,6 +34,7 @@ from corral.sdk.models.jobs import (
     JobPage,
     Pending,
 )
+from corral.sdk.models.tenants import Group, Token, TokenCreated, User, WhoAmI
 from corral.sdk.models.webhooks import (
     Delivery,
     DeliveryAttempt,
@@ -60,6 +61,7 @@ __all__ = [
     "Event",
     "Gpu",
     "GpuHistory",
+    "Group",
     "HealthEvent",
     "HistoryPoint",
     "Job",
@@ -74,9 +76,13 @@ __all__ = [
     "ServiceInstance",
     "Silence",
     "SilenceAccepted",
+    "Token",
+    "TokenCreated",
     "Transition",
     "Usage",
+    "User",
     "VirtualCluster",
     "Webhook",
     "WebhookCreated",
+    "WhoAmI",
 ]
