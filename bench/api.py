@@ -1,0 +1,282 @@
+"""The public API under load (``python -m bench.api``): submits per second and the SSE fan-out.
+
+Starts a private Postgres and NATS as ``make up`` does, with **one API process** and no
+other service (``CORRAL_SERVICES=api``): a scheduler would place the submitted jobs and
+compete for the same two cores, and its cost is not the API's. The API's own outbox
+relay runs, as it always does, so every submit's ``job.submitted`` event is published to
+JetStream during the measurement. The load comes from a separate client process
+(``bench.api_clients``: plain HTTP/1.1 on asyncio, far cheaper per request than httpx),
+whose CPU is reported beside the API's and Postgres'.
+
+1. **Submits**: ``--concurrency`` keep-alive connections share ``--warmup`` then
+   ``--submits`` ``POST /api/v1/jobs`` of a one-GPU job with the bootstrap admin token
+   (the VC check, the job row, its outbox event and the audit row are all written, as
+   for any caller). ``submits_per_s`` is the timed submits over their wall time;
+   ``submit_p50_ms`` / ``submit_p99_ms`` the client's round trips; ``api_cpu_ms_per_submit``
+   and ``postgres_cpu_ms_per_submit`` the CPU each spent per submit over the window (less
+   sensitive to a noisy machine than the rate).
+2. **SSE fan-out**: ``--subscribers`` streams of ``GET /api/v1/events`` (admin token, no
+   filter: every subscriber gets every event). The benchmark publishes events straight to
+   JetStream (``CORRAL_JOBS``, as a scheduler or launcher would) and stamps each just
+   before its publish; a subscriber's arrival is when its ``id:`` line reaches the client.
+   - paced: ``--sse-rate`` events/s for ``--sse-seconds``; ``sse_latency_p50_ms`` /
+     ``_p99_ms`` is publish → the *last* subscriber receiving it (the 1,000th of 1,000),
+     ``sse_first_latency_p50_ms`` publish → the first;
+   - burst: ``--sse-burst`` events at once; ``sse_events_per_s`` is how many events per
+     second reached every subscriber (first publish to the last arrival of the last
+     event), ``sse_deliveries_per_s`` that times the subscribers.
+
+Prints one JSON line last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import nats
+from nats.js import JetStreamContext
+
+from bench.stack import BenchStack, private_stack
+from shared.events import JobSubmitted
+from shared.events.jobs import JobSubmittedData
+
+TICKS = os.sysconf("SC_CLK_TCK")
+JOB = {"name": "bench", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 1}}]}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU of a process and its children (Postgres: the postmaster and its backends)."""
+    total = _cpu_s(root)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == root:
+                    total += (int(fields[11]) + int(fields[12])) / TICKS
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+    return total
+
+
+class Cpu:
+    """CPU seconds of the API process and of Postgres, between two reads."""
+
+    def __init__(self, stack: BenchStack) -> None:
+        self.api = int((stack.home / "run" / "api.pid").read_text())
+        postmaster = next((stack.home / "postgres").rglob("postmaster.pid"))
+        self.postgres = int(postmaster.read_text().split()[0])
+
+    def read(self) -> tuple[float, float]:
+        return _cpu_s(self.api), _tree_cpu_s(self.postgres)
+
+
+async def _client(command: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.api_clients",
+        command,
+        json.dumps(spec),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def measure_submits(
+    stack: BenchStack, cpu: Cpu, submits: int, warmup: int, concurrency: int
+) -> dict[str, Any]:
+    spec = {
+        "host": "127.0.0.1",
+        "port": stack.port,
+        "token": stack.token(),
+        "body": JOB,
+        "submits": submits,
+        "warmup": warmup,
+        "concurrency": concurrency,
+    }
+    client = await _client("submit", spec)
+    assert client.stdout is not None
+    # The window is the client's timed part; read CPU around the whole run and take out
+    # the warm-up share (the warm-up is a few percent of it, and costs the same per submit).
+    api0, pg0 = cpu.read()
+    out, _ = await client.communicate()
+    api1, pg1 = cpu.read()
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    round_trips: list[float] = result["round_trips_ms"]
+    ok = result["statuses"].get("201", 0)
+    if ok != submits:
+        raise RuntimeError(f"only {ok} of {submits} submits were accepted: {result['errors']}")
+    per = 1000.0 / (submits + warmup)
+    return {
+        "submits_per_s": round(submits / result["wall_s"], 1),
+        "submit_p50_ms": round(statistics.median(round_trips), 2),
+        "submit_p99_ms": round(percentile(round_trips, 0.99), 2),
+        "submit_max_ms": round(max(round_trips), 2),
+        "api_cpu_ms_per_submit": round((api1 - api0) * per, 3),
+        "postgres_cpu_ms_per_submit": round((pg1 - pg0) * per, 3),
+        "client_cpu_ms_per_submit": round(result["client_cpu_s"] * 1000 / submits, 3),
+        "submit_wall_s": round(result["wall_s"], 2),
+    }
+
+
+async def _wait_outbox_drained(stack: BenchStack, timeout_s: float = 120.0) -> None:
+    """The submits' events are all on JetStream (they would otherwise reach the SSE
+    subscribers in the middle of the fan-out measurement)."""
+    conn = await asyncpg.connect(stack.database_url())
+    try:
+        deadline = time.monotonic() + timeout_s
+        while await conn.fetchval("SELECT count(*) FROM corral.outbox WHERE sent_at IS NULL"):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the API's outbox did not drain")
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+
+
+class Publisher:
+    """Publishes ``job.submitted`` events to JetStream, stamping each by its stream seq."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self.js = js
+        self.stamps: dict[int, float] = {}
+        self.count = 0
+
+    async def publish(self) -> int:
+        self.count += 1
+        job_id = f"job-bench{self.count:08d}"
+        event = JobSubmitted(
+            source="corral/bench",
+            subject=job_id,
+            data=JobSubmittedData(
+                job_id=job_id, name="bench", user="admin", virtual_cluster="default", total_gpus=1
+            ),
+        )
+        payload = event.model_dump_json().encode()
+        at = time.monotonic()
+        ack = await self.js.publish(event.nats_subject, payload)
+        self.stamps[ack.seq] = at
+        return int(ack.seq)
+
+
+async def _arrivals(
+    stdout: asyncio.StreamReader, wanted: set[int], timeout_s: float
+) -> dict[int, tuple[float, float]]:
+    """(first, last) arrival of each wanted seq, as the subscribers' process reports them."""
+    found: dict[int, tuple[float, float]] = {}
+    deadline = time.monotonic() + timeout_s
+    while not wanted <= found.keys():
+        line = await asyncio.wait_for(stdout.readline(), max(0.1, deadline - time.monotonic()))
+        if not line:
+            raise RuntimeError("the SSE subscribers' process ended early")
+        seq, _, first, last = line.split()
+        found[int(seq)] = (float(first), float(last))
+    return found
+
+
+async def measure_sse(
+    stack: BenchStack, cpu: Cpu, subscribers: int, rate: float, seconds: float, burst: int
+) -> dict[str, Any]:
+    spec = {"host": "127.0.0.1", "port": stack.port, "token": stack.token(), "subscribers": subscribers}
+    client = await _client("sse", spec)
+    assert client.stdout is not None
+    assert client.stdin is not None
+    stdout = client.stdout
+    nc = await nats.connect(stack.nats_url())
+    try:
+        line = await asyncio.wait_for(stdout.readline(), 120)
+        if line.strip() != b"connected":
+            raise RuntimeError(f"the SSE subscribers did not connect: {line!r}")
+        publisher = Publisher(nc.jetstream())
+        # A connected stream registers with the hub a moment after its first bytes: send
+        # markers until one reaches every subscriber, then each is registered.
+        for _ in range(60):
+            try:
+                await _arrivals(stdout, {await publisher.publish()}, 1.0)
+                break
+            except TimeoutError:
+                continue
+        else:
+            raise RuntimeError("the subscribers never all received an event")
+        # Paced: latency from publish to the first and the last subscriber.
+        api0, _ = cpu.read()
+        started, paced = time.monotonic(), []
+        for number in range(int(rate * seconds)):
+            await asyncio.sleep(max(0.0, started + number / rate - time.monotonic()))
+            paced.append(await publisher.publish())
+        got = await _arrivals(stdout, set(paced), 60.0)
+        api1, _ = cpu.read()
+        last = [(got[s][1] - publisher.stamps[s]) * 1000 for s in paced]
+        first = [(got[s][0] - publisher.stamps[s]) * 1000 for s in paced]
+        # Burst: how fast the hub and the API's streams push events to everyone.
+        burst_started = time.monotonic()
+        sent = [await publisher.publish() for _ in range(burst)]
+        got = await _arrivals(stdout, set(sent), 120.0)
+        span = max(last_at for _, last_at in got.values()) - burst_started
+    finally:
+        await nc.close()
+        client.stdin.write(b"stop\n")
+        await client.stdin.drain()
+        out, _ = await asyncio.wait_for(client.communicate(), 60)
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    return {
+        "sse_subscribers": subscribers,
+        "sse_rate": rate,
+        "sse_latency_p50_ms": round(statistics.median(last), 1),
+        "sse_latency_p99_ms": round(percentile(last, 0.99), 1),
+        "sse_first_latency_p50_ms": round(statistics.median(first), 1),
+        "sse_api_cpu_percent_paced": round(100 * (api1 - api0) / (len(paced) / rate), 1),
+        "sse_events_per_s": round(burst / span, 1),
+        "sse_deliveries_per_s": round(burst * subscribers / span),
+        "sse_connections_lost": summary["connections_lost"],
+    }
+
+
+async def measure(stack: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
+    cpu = Cpu(stack)
+    result = await measure_submits(stack, cpu, args.submits, args.warmup, args.concurrency)
+    if args.subscribers:
+        await _wait_outbox_drained(stack)
+        result |= await measure_sse(
+            stack, cpu, args.subscribers, args.sse_rate, args.sse_seconds, args.sse_burst
+        )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__.split("\n")[0])
+    parser.add_argument("--submits", type=int, default=5000, help="timed submits")
+    parser.add_argument("--warmup", type=int, default=500, help="untimed submits first")
+    parser.add_argument("--concurrency", type=int, default=16, help="client connections submitting")
+    parser.add_argument("--subscribers", type=int, default=1000, help="SSE streams (0: skip)")
+    parser.add_argument("--sse-rate", type=float, default=10.0, help="events/s in the paced phase")
+    parser.add_argument("--sse-seconds", type=float, default=10.0, help="length of the paced phase")
+    parser.add_argument("--sse-burst", type=int, default=200, help="events sent at once")
+    parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
+    args = parser.parse_args(argv)
+    with private_stack(keep=args.keep, extra_env={"CORRAL_SERVICES": "api"}) as stack:
+        result = asyncio.run(measure(stack, args))
+    print(json.dumps({"bench": "api", "concurrency": args.concurrency, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""``python -m bench.api`` at toy sizes: it starts its own stack, measures both parts, and
+keeps its JSON contract (the real figures are in docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.api import percentile
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_a_small_run_prints_one_json_line_with_both_figures() -> None:
+    command = [sys.executable, "-m", "bench.api", "--submits", "60", "--warmup", "10", "--concurrency", "4"]
+    command += ["--subscribers", "20", "--sse-rate", "20", "--sse-seconds", "0.5", "--sse-burst", "5"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=170, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["bench"] == "api"
+    for key in ("submits_per_s", "submit_p50_ms", "submit_p99_ms", "api_cpu_ms_per_submit"):
+        assert result[key] > 0, key
+    assert result["submit_p50_ms"] <= result["submit_p99_ms"]
+    assert result["sse_subscribers"] == 20
+    assert 0 < result["sse_latency_p50_ms"] <= result["sse_latency_p99_ms"]
+    assert result["sse_events_per_s"] > 0
+    assert result["sse_deliveries_per_s"] == pytest.approx(result["sse_events_per_s"] * 20, rel=0.01)
+    assert result["sse_connections_lost"] == 0
+
+
+def test_percentile_takes_the_rank_below() -> None:
+    assert percentile([float(n) for n in range(1, 101)], 0.99) == 100.0
+    assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0
