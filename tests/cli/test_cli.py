@@ -1,6 +1,6 @@
 """The ``corral`` command against the real API (in this process, as a user's shell would
 run it): ``--json`` output parses, and the exit codes are the documented ones
-(corral/commands/errors.py): 0 ok, 1 refused or failed, 2 usage, 3 not found, 4 auth,
+(corral/commands/errors.py): 0 ok, 1 refused, failed or not found, 2 usage, 4 auth,
 5 unreachable."""
 
 from __future__ import annotations
@@ -65,12 +65,12 @@ async def test_exit_codes_scripts_can_rely_on(
     corral: Corral, api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code, out, err = await corral("show", "job-nope")
-    assert (code, out) == (3, "")
+    assert (code, out) == (1, "")
     assert err.strip() == "corral show: 404: no job with id 'job-nope'; list your jobs with GET /api/v1/jobs"
     code, _, err = await corral("vc", "set", "vision", "--quota", "H100=4")
     assert code == 4  # alice is no admin
     code, _, err = await corral("ack", "alr-nope")
-    assert code == 3
+    assert code == 1
     bad = tmp_path / "bad.json"
     bad.write_text('{"name": "x", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 65}}]}')
     code, _, err = await corral("submit", str(bad))
