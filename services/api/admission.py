@@ -29,15 +29,27 @@ class TypeShape:
 @dataclass(frozen=True)
 class ClusterShape:
     types: dict[str, TypeShape]
+    # The most CPUs / memory (MiB) any node offers a task; None when some node reports
+    # none (it sets no limit) or no node is known: then nothing is refused for them.
+    largest_cpus: float | None = None
+    largest_memory_mb: int | None = None
 
     @classmethod
-    def of(cls, nodes: Iterable[tuple[int, str | None]]) -> ClusterShape:
-        """From (GPU count, GPU model) per registered node."""
+    def of(cls, nodes: Iterable[tuple[int, str | None, float, int]]) -> ClusterShape:
+        """From (GPU count, GPU model, CPUs, memory MiB) per registered node."""
         found: dict[str, list[int]] = {}
-        for gpus, model in nodes:
+        cpus: list[float] = []
+        memory: list[int] = []
+        for gpus, model, node_cpus, node_memory_mb in nodes:
             if gpus and model:
                 found.setdefault(gpu_type_of(model), []).append(gpus)
-        return cls({t: TypeShape(len(sizes), max(sizes), sum(sizes)) for t, sizes in found.items()})
+            cpus.append(node_cpus)
+            memory.append(node_memory_mb)
+        return cls(
+            {t: TypeShape(len(sizes), max(sizes), sum(sizes)) for t, sizes in found.items()},
+            max(cpus) if cpus and all(cpus) else None,
+            max(memory) if memory and all(memory) else None,
+        )
 
 
 class ShapeCache:
@@ -61,6 +73,7 @@ class ShapeCache:
 
 def check_can_ever_run(spec: JobSpec, shape: ClusterShape) -> None:
     """Raise ``InvalidInput`` when no registered node (of the job's GPU type) could hold it."""
+    _check_cpus_and_memory(spec, shape)
     if not shape.types or spec.total_gpus == 0:
         return
     known = ", ".join(sorted(shape.types))
@@ -93,3 +106,18 @@ def check_can_ever_run(spec: JobSpec, shape: ClusterShape) -> None:
     total = max(s.total for s in candidates.values())
     if spec.total_gpus > total:
         raise InvalidInput(f"the job needs {spec.total_gpus} GPUs, but the cluster has {total}{kind} in all")
+
+
+def _check_cpus_and_memory(spec: JobSpec, shape: ClusterShape) -> None:
+    for task in spec.tasks:
+        cpus, memory_mb = task.resources.cpus, task.resources.memory_mb
+        if shape.largest_cpus is not None and cpus > shape.largest_cpus:
+            raise InvalidInput(
+                f"task {task.name} asks for {cpus:g} CPUs per instance, but the largest node offers"
+                f" {shape.largest_cpus:g}; ask for fewer (resources.cpus), or split the work"
+            )
+        if shape.largest_memory_mb is not None and memory_mb > shape.largest_memory_mb:
+            raise InvalidInput(
+                f"task {task.name} asks for {memory_mb} MiB of memory per instance, but the largest node"
+                f" offers {shape.largest_memory_mb} MiB; ask for less (resources.memory_mb)"
+            )

@@ -284,7 +284,8 @@ class ApiRepository:
     # --- virtual clusters (the API's own table) -----------------------------------------
 
     async def cluster_shape(self) -> ClusterShape:
-        return ClusterShape.of((r["gpus"], r["model"]) for r in await self.db.fetch(SQL.cluster_shape))
+        rows = await self.db.fetch(SQL.cluster_shape)
+        return ClusterShape.of((r["gpus"], r["model"], r["cpus"], r["memory_mb"]) for r in rows)
 
     async def list_vcs(self, name: str | None, vc_user: str | None) -> list[dict[str, Any]]:
         """Every VC (or one), as far as ``vc_user`` may see them."""

@@ -33,26 +33,32 @@ _Row = TypeVar("_Row")
 _INVENTORY = operator.attrgetter("index", "uuid", "model", "memory_total_mb", "nvlink_domain")
 
 GpuInventory = tuple[int, str, str, int, int]  # index, uuid, model, memory_total_mb, nvlink_domain
-Inventory = tuple[str, tuple[GpuInventory, ...]]  # the node's rack, its GPUs
+Inventory = tuple[str, float, int, tuple[GpuInventory, ...]]  # rack, CPUs, memory, GPUs
 
 
 def inventory(data: NodeTelemetryData) -> Inventory:
-    """What a node is made of: its rack and each GPU's (index, uuid, model, memory,
-    NVLink domain). A change is a new registration. The ingest compares it for every
-    heartbeat, hence ``attrgetter`` (half the cost of a generator expression)."""
-    return data.rack, tuple(map(_INVENTORY, data.gpus))
+    """What a node is made of: its rack, CPUs and memory, and each GPU's (index, uuid,
+    model, memory, NVLink domain). A change is a new registration. The ingest compares it
+    for every heartbeat, hence ``attrgetter`` (half the cost of a generator expression)."""
+    return data.rack, data.cpus, data.memory_mb, tuple(map(_INVENTORY, data.gpus))
 
 
 def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
     gpus = [
         GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t, nvlink_domain=d)
-        for i, u, m, t, d in inventory(data)[1]
+        for i, u, m, t, d in inventory(data)[3]
     ]
     return NodeRegistered(
         source=SOURCE,
         subject=data.node_id,
         data=NodeRegisteredData(
-            node_id=data.node_id, hostname=data.hostname, simulated=data.simulated, gpus=gpus, rack=data.rack
+            node_id=data.node_id,
+            hostname=data.hostname,
+            simulated=data.simulated,
+            gpus=gpus,
+            rack=data.rack,
+            cpus=data.cpus,
+            memory_mb=data.memory_mb,
         ),
     )
 
@@ -74,15 +80,15 @@ async def register_nodes(
     ids = sorted(by_id)
     if states is None:
         states = await lock_nodes(conn, ids)
-    racks: dict[str, str] = {}
+    nodes_before: dict[str, tuple[str, float, int]] = {}
     gpus_before: dict[str, list[GpuInventory]] = {}
     for r in await conn.fetch(SQL.gpu_inventories, ids):
-        racks[r["node_id"]] = r["rack"]
+        nodes_before[r["node_id"]] = (r["rack"], r["cpus"], r["memory_mb"])
         if r["index"] is not None:
             gpus_before.setdefault(r["node_id"], []).append(
                 (r["index"], r["uuid"], r["model"], r["memory_total_mb"], r["nvlink_domain"])
             )
-    before = {node_id: (rack, tuple(gpus_before.get(node_id, ()))) for node_id, rack in racks.items()}
+    before = {node_id: (*node, tuple(gpus_before.get(node_id, ()))) for node_id, node in nodes_before.items()}
     rows = await conn.fetch(
         SQL.register_nodes,
         ids,
@@ -91,6 +97,8 @@ async def register_nodes(
         [len(by_id[i].gpus) for i in ids],
         [by_id[i].address for i in ids],
         [by_id[i].rack for i in ids],
+        [by_id[i].cpus for i in ids],
+        [by_id[i].memory_mb for i in ids],
     )
     await write_inventory(conn, [by_id[i] for i in ids])
     await write_readings(conn, [by_id[i] for i in ids])

@@ -54,6 +54,11 @@ class ExporterSettings(BaseSettings):
     # The node's topology label (its rack, or the switch it hangs off): the scheduler keeps
     # a multi-node gang within one rack when it fits.
     rack: str = Field(default="", pattern=RACK_PATTERN)
+    # What the node offers tasks besides GPUs. Unset: the machine's own for real GPUs (its
+    # cores and memory); for simulated GPUs nothing (0: no CPU or memory limit), since the
+    # simulated node stands for a GPU server this machine is not.
+    cpus: float | None = Field(default=None, ge=0)
+    memory_mb: int | None = Field(default=None, ge=0)
     # A YAML file of faults for the simulated GPUs, re-read when it changes (see
     # services/monitor/exporter/simulated.py); `make up` puts it in $CORRAL_HOME.
     faults_file: Path | None = None

@@ -42,6 +42,8 @@ class TaskDemand:
     role: str
     instances: int
     gpus: int
+    cpus: float = 0.0  # per instance; placed only where this much is free (0: none asked)
+    memory_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,9 @@ class NodeCapacity:
     # Task instances placed on it this cycle (GPU-less tasks still count, to spread them).
     load: int = 0
     rack: str = ""  # its topology label: a multi-node gang stays in one rack when it fits
+    # CPU cores and memory (MiB) left for tasks; None: the node reports none, no limit.
+    free_cpus: float | None = None
+    free_memory_mb: int | None = None
     # GPU index -> NVLink domain; a GPU missing here is in domain 0 (empty: one domain).
     domains: dict[int, int] = field(default_factory=dict)
 

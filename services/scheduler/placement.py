@@ -23,6 +23,11 @@ Placement rules for one job on one GPU type (``place_gang``), all or nothing:
   enough free (the domain with the fewest free that still holds them, so whole domains
   stay free for bigger tasks), else from as few domains as possible.
 
+- **CPUs and memory**: an instance goes only to a node with its ``resources.cpus`` and
+  ``memory_mb`` free as well (a node that reports none has no limit). What-ifs for
+  preemption give back a victim's GPUs only, so the planner never preempts for CPU or
+  memory: such a job waits until they come free.
+
 Nothing is changed unless the whole gang fits: a failed attempt gives back what it took.
 """
 
@@ -100,14 +105,21 @@ class NodeIndex:
         return 0
 
     def best_fit(
-        self, gpu_type: str, want: int, exclude: Iterable[str] = (), rack: str | None = None
+        self,
+        gpu_type: str,
+        want: int,
+        exclude: Iterable[str] = (),
+        rack: str | None = None,
+        cpus: float = 0.0,
+        memory_mb: int = 0,
     ) -> str | None:
-        """The node of the type (in the rack) with the fewest free GPUs that still has ``want``."""
+        """The node of the type (in the rack) with the fewest free GPUs that still has
+        ``want``, and ``cpus`` and ``memory_mb`` free."""
         buckets = self._buckets_of(gpu_type, rack)
         excluded = set(exclude)
         for count in range(max(want, 1), len(buckets)):
             for node_id in buckets[count]:
-                if node_id not in excluded:
+                if node_id not in excluded and has_room(self.nodes[node_id], cpus, memory_mb):
                     return node_id
         return None
 
@@ -152,14 +164,35 @@ class NodeIndex:
         self._rack_free[(kind, node.rack)] += change
         node.free_gpus = free
 
-    def least_loaded(self, prefer: Iterable[str], exclude: Iterable[str] = ()) -> str | None:
-        """A node for a GPU-less instance: one the job already uses, else the least loaded."""
+    def least_loaded(
+        self, prefer: Iterable[str], exclude: Iterable[str] = (), cpus: float = 0.0, memory_mb: int = 0
+    ) -> str | None:
+        """A node for a GPU-less instance: one the job already uses, else the least loaded
+        (either with ``cpus`` and ``memory_mb`` free)."""
         for node_id in prefer:
-            return node_id
+            if has_room(self.nodes[node_id], cpus, memory_mb):
+                return node_id
         excluded = set(exclude)
-        candidates = [n for n in self.nodes.values() if n.node_id not in excluded]
+        candidates = [
+            n for n in self.nodes.values() if n.node_id not in excluded and has_room(n, cpus, memory_mb)
+        ]
         best = min(candidates, key=lambda n: (n.load, n.node_id), default=None)
         return None if best is None else best.node_id
+
+
+def has_room(node: NodeCapacity, cpus: float, memory_mb: int) -> bool:
+    """Whether the node has ``cpus`` and ``memory_mb`` free (always, where it sets no limit)."""
+    return (node.free_cpus is None or node.free_cpus >= cpus - 1e-9) and (
+        node.free_memory_mb is None or node.free_memory_mb >= memory_mb
+    )
+
+
+def _use(node: NodeCapacity, cpus: float, memory_mb: int, sign: int) -> None:
+    node.load += sign
+    if node.free_cpus is not None:
+        node.free_cpus -= sign * cpus
+    if node.free_memory_mb is not None:
+        node.free_memory_mb -= sign * memory_mb
 
 
 def nvlink_choice(free: list[int], domains: dict[int, int], count: int) -> tuple[int, ...]:
@@ -183,45 +216,57 @@ def nvlink_choice(free: list[int], domains: dict[int, int], count: int) -> tuple
 class _Gang:
     """One placement attempt: what it took, so it can be given back if the gang fails."""
 
-    def __init__(self, index: NodeIndex) -> None:
+    def __init__(self, index: NodeIndex, job: PendingJob) -> None:
         self.index = index
+        self.job = job
         self.used: dict[str, None] = {}  # nodes of this job, in the order they were chosen
         self.taken: list[InstancePlacement] = []
 
-    def put(self, role: str, number: int, node_id: str, gpus: int) -> None:
+    def put(self, instance: Instance, node_id: str) -> None:
+        role, number, gpus, cpus, memory_mb = instance
         node_gpus = self.index.take(node_id, gpus) if gpus else ()
-        self.index.nodes[node_id].load += 1
+        _use(self.index.nodes[node_id], cpus, memory_mb, +1)
         self.used[node_id] = None
         self.taken.append(InstancePlacement(role, number, node_id, node_gpus))
 
     def undo(self) -> None:
-        for placement in self.taken:
-            if placement.gpu_indices:
-                self.index.give(placement.node_id, placement.gpu_indices)
-            self.index.nodes[placement.node_id].load -= 1
+        unplace(self.index, self.job, self.taken)
 
     def placements(self) -> list[InstancePlacement]:
         return sorted(self.taken, key=lambda p: (p.role, p.index))
 
 
-Instance = tuple[str, int, int]  # role, index, GPUs
+Instance = tuple[str, int, int, float, int]  # role, index, GPUs, CPUs, memory (MiB)
+
+
+def unplace(index: NodeIndex, job: PendingJob, placements: Iterable[InstancePlacement]) -> None:
+    """Give back everything these placements of ``job`` took (a what-if undone)."""
+    demands = {t.role: t for t in job.tasks}
+    for placement in placements:
+        if placement.gpu_indices:
+            index.give(placement.node_id, placement.gpu_indices)
+        demand = demands[placement.role]
+        _use(index.nodes[placement.node_id], demand.cpus, demand.memory_mb, -1)
 
 
 def place_gang(job: PendingJob, index: NodeIndex, gpu_type: str) -> list[InstancePlacement] | None:
     """Place every instance of ``job`` on nodes of ``gpu_type``, or nothing (see the module
     docstring for the rules); the index is updated only on success."""
-    instances = sorted(
-        ((t.role, i, t.gpus) for t in job.tasks for i in range(t.instances)), key=lambda item: -item[2]
+    instances: list[Instance] = sorted(
+        ((t.role, i, t.gpus, t.cpus, t.memory_mb) for t in job.tasks for i in range(t.instances)),
+        key=lambda item: -item[2],
     )
     need = job.gpus
     if need > index.free(gpu_type):
         return None  # the common case in a busy cluster: answered without looking at a node
     if need and job.topology != "one_per_node" and need <= index.largest(gpu_type):
-        node_id = index.best_fit(gpu_type, need)
+        cpus = sum(instance[3] for instance in instances)
+        memory_mb = sum(instance[4] for instance in instances)
+        node_id = index.best_fit(gpu_type, need, cpus=cpus, memory_mb=memory_mb)
         if node_id is not None:
-            gang = _Gang(index)
-            for role, number, gpus in instances:
-                gang.put(role, number, node_id, gpus)
+            gang = _Gang(index, job)
+            for instance in instances:
+                gang.put(instance, node_id)
             return gang.placements()
         if job.topology == "single_node":
             return None
@@ -242,18 +287,26 @@ def _spread(
     job: PendingJob, index: NodeIndex, gpu_type: str, instances: list[Instance], rack: str | None
 ) -> list[InstancePlacement] | None:
     """Instance by instance over several nodes (of ``rack`` when given), or nothing."""
-    gang = _Gang(index)
+    gang = _Gang(index, job)
     remaining = job.gpus
-    for role, number, gpus in instances:
+    for instance in instances:
+        _, _, gpus, cpus, memory_mb = instance
         node_id = None
         if gpus == 0:
             if job.topology == "one_per_node":
-                node_id = index.least_loaded((), exclude=gang.used)
+                node_id = index.least_loaded((), gang.used, cpus, memory_mb)
+            elif job.topology == "single_node" and gang.used:
+                node = index.nodes[next(iter(gang.used))]  # its one node, or nowhere
+                node_id = node.node_id if has_room(node, cpus, memory_mb) else None
             else:
-                node_id = index.least_loaded(gang.used)
+                node_id = index.least_loaded(gang.used, (), cpus, memory_mb)
         else:
             if job.topology == "pack":
-                roomy = [n for n in gang.used if len(index.nodes[n].free_gpus) >= gpus]
+                roomy = [
+                    n
+                    for n in gang.used
+                    if len(index.nodes[n].free_gpus) >= gpus and has_room(index.nodes[n], cpus, memory_mb)
+                ]
                 if roomy:
                     node_id = min(roomy, key=lambda n: len(index.nodes[n].free_gpus))
             if node_id is None:
@@ -263,12 +316,12 @@ def _spread(
                     if job.topology == "one_per_node"
                     else max(gpus, min(remaining, index.most_free(gpu_type, rack)))
                 )
-                node_id = index.best_fit(gpu_type, want, exclude, rack)
+                node_id = index.best_fit(gpu_type, want, exclude, rack, cpus, memory_mb)
                 if node_id is None and want > gpus:
-                    node_id = index.best_fit(gpu_type, gpus, exclude, rack)
+                    node_id = index.best_fit(gpu_type, gpus, exclude, rack, cpus, memory_mb)
         if node_id is None:
             gang.undo()
             return None
-        gang.put(role, number, node_id, gpus)
+        gang.put(instance, node_id)
         remaining -= gpus
     return gang.placements()

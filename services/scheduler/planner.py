@@ -61,7 +61,7 @@ from services.scheduler.model import (
     VirtualCluster,
     Waiting,
 )
-from services.scheduler.placement import NodeIndex, place_gang
+from services.scheduler.placement import NodeIndex, place_gang, unplace
 from services.scheduler.reasons import why_waiting
 from services.scheduler.tally import Tally
 
@@ -359,9 +359,7 @@ class _Planner:
             if placements is not None:
                 break
         if placements is not None:
-            for placement in placements:
-                self.index.give(placement.node_id, placement.gpu_indices)
-                self.index.nodes[placement.node_id].load -= 1
+            unplace(self.index, job, placements)
         for node_id, gpus in given:
             self.index.take_exact(node_id, gpus)
         if placements is None:
@@ -438,10 +436,7 @@ class _Planner:
                 if placements is not None:
                     break
         if placements is not None:
-            for placement in placements:
-                if placement.gpu_indices:
-                    self.index.give(placement.node_id, placement.gpu_indices)
-                self.index.nodes[placement.node_id].load -= 1
+            unplace(self.index, job, placements)
         for node_id, gpus in given:
             self.index.take_exact(node_id, gpus)
         if placements is None:

@@ -48,8 +48,13 @@ async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = T
         await conn.execute(SQL.release_finished_allocations)
     allocations = await conn.fetch(SQL.live_allocations)
     used: dict[str, set[int]] = {}
+    cpus_used: dict[str, float] = {}
+    memory_used: dict[str, int] = {}
     for row in allocations:
-        used.setdefault(row["node_id"], set()).update(row["gpu_indices"])
+        node_id = row["node_id"]
+        used.setdefault(node_id, set()).update(row["gpu_indices"])
+        cpus_used[node_id] = cpus_used.get(node_id, 0.0) + (row["cpus"] or 0.0)
+        memory_used[node_id] = memory_used.get(node_id, 0) + (row["memory_mb"] or 0)
     nodes = {}
     for row in await conn.fetch(SQL.ready_nodes):
         indices = [i for i in row["gpu_indices"] if i is not None]
@@ -62,6 +67,9 @@ async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = T
             gpu_type=gpu_type_of(row["model"]) if row["model"] else "",
             rack=row["rack"],
             domains=domains if len(set(domains.values())) > 1 else {},  # one domain: none to keep
+            # A node that reports no CPUs or memory (0) puts no limit on them.
+            free_cpus=row["cpus"] - cpus_used.get(row["id"], 0.0) if row["cpus"] else None,
+            free_memory_mb=row["memory_mb"] - memory_used.get(row["id"], 0) if row["memory_mb"] else None,
         )
     running = await _running_jobs(conn, allocations, nodes)
     # The spec was validated at submit; the cycle reads just the demands, pre-extracted by
@@ -72,7 +80,8 @@ async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = T
             version=row["version"],
             priority=row["priority"],
             tasks=tuple(
-                TaskDemand(name, int(instances), int(gpus)) for name, instances, gpus in row["tasks"]
+                TaskDemand(name, int(instances), int(gpus), float(cpus), int(memory_mb))
+                for name, instances, gpus, cpus, memory_mb in row["tasks"]
             ),
             vc=row["virtual_cluster"],
             user=row["username"],

@@ -401,6 +401,8 @@ CREATE TABLE monitor.nodes (
     health_marks jsonb DEFAULT '{}'::jsonb NOT NULL,
     health_waivers text[] DEFAULT '{}'::text[] NOT NULL,
     rack text DEFAULT ''::text NOT NULL,
+    cpus double precision DEFAULT 0 NOT NULL,
+    memory_mb bigint DEFAULT 0 NOT NULL,
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
 );
 CREATE VIEW monitor.gpu_status AS

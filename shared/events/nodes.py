@@ -30,6 +30,8 @@ class NodeRegisteredData(EventData):
     simulated: bool
     gpus: list[GpuInfo]
     rack: str = ""
+    cpus: float = 0.0
+    memory_mb: int = 0
 
 
 class NodeRegistered(Envelope):
@@ -177,6 +179,12 @@ class NodeTelemetryData(EventData):
         default="",
         pattern=RACK_PATTERN,
         description="the node's topology label (rack or switch); '' when not given",
+    )
+    cpus: float = Field(
+        default=0.0, ge=0, le=1_000_000, description="CPU cores tasks may use; 0: not reported (no CPU limit)"
+    )
+    memory_mb: int = Field(
+        default=0, ge=0, le=INT63, description="memory tasks may use, MiB; 0: not reported (no memory limit)"
     )
     gpus: list[GpuSample] = Field(max_length=1024)
 

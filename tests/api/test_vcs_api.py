@@ -154,3 +154,46 @@ async def test_jobs_that_can_never_run_are_refused_at_submit(client: httpx.Async
     assert response.status_code == 422
     assert "a job runs on one GPU type, but its tasks ask for A100, H100" in response.text
     assert (await client.post("/api/v1/jobs", json=_spec(4, gpu_type="A100"))).status_code == 201
+
+
+async def test_a_task_asking_more_cpus_or_memory_than_any_node_offers_is_refused(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    sizes = {"n0": (16.0, 65_536), "n1": (64.0, 262_144)}
+    async with db.transaction() as conn:
+        await register_nodes(
+            conn,
+            [
+                NodeTelemetryData(
+                    node_id=node_id,
+                    hostname=node_id,
+                    simulated=True,
+                    interval_s=1.0,
+                    cpus=cpus,
+                    memory_mb=memory_mb,
+                    gpus=[GpuSample(index=0, uuid=f"GPU-{node_id}", model="NVIDIA H100", memory_total_mb=1)],
+                )
+                for node_id, (cpus, memory_mb) in sizes.items()
+            ],
+        )
+
+    def spec(cpus: float, memory_mb: int) -> dict[str, object]:
+        task = {
+            "name": "prep",
+            "command": "true",
+            "resources": {"gpus": 1, "cpus": cpus, "memory_mb": memory_mb},
+        }
+        return {"name": "train", "tasks": [task]}
+
+    before = await _jobs(db)
+    too_many = await client.post("/api/v1/jobs", json=spec(96, 1024))
+    assert too_many.status_code == 422
+    assert too_many.json()["detail"] == (
+        "task prep asks for 96 CPUs per instance, but the largest node offers 64;"
+        " ask for fewer (resources.cpus), or split the work"
+    )
+    too_much = await client.post("/api/v1/jobs", json=spec(8, 300_000))
+    assert too_much.status_code == 422
+    assert "300000 MiB of memory per instance, but the largest node offers 262144 MiB" in too_much.text
+    assert await _jobs(db) == before
+    assert (await client.post("/api/v1/jobs", json=spec(64, 262_144))).status_code == 201

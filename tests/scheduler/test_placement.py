@@ -169,3 +169,39 @@ def test_a_task_takes_its_gpus_from_one_nvlink_domain() -> None:
 )
 def test_nvlink_choice(free: list[int], count: int, chosen: tuple[int, ...]) -> None:
     assert nvlink_choice(free, {g: g // 4 for g in range(8)}, count) == chosen
+
+
+# --- CPUs and memory -------------------------------------------------------------------
+
+
+def _cpu_job(job_id: str, instances: int, gpus: int, cpus: float, memory_mb: int = 0) -> PendingJob:
+    return PendingJob(job_id, 1, 0, (TaskDemand("w", instances, gpus, cpus, memory_mb),))
+
+
+def test_an_instance_goes_only_where_its_cpus_and_memory_are_free() -> None:
+    nodes = [
+        NodeCapacity("n0", list(range(8)), free_cpus=4.0, free_memory_mb=65536),  # GPUs, few CPUs
+        NodeCapacity("n1", list(range(8)), free_cpus=64.0, free_memory_mb=1024),  # little memory
+        NodeCapacity("n2", list(range(8)), free_cpus=64.0, free_memory_mb=65536),
+    ]
+    index = NodeIndex(nodes)
+    [placement] = place_gang(_cpu_job("j", 1, 2, cpus=16, memory_mb=4096), index, "") or []
+    assert placement.node_id == "n2"
+    assert (nodes[2].free_cpus, nodes[2].free_memory_mb) == (48.0, 61440)
+    # Two instances that fit one node's GPUs but not its CPUs together: two nodes.
+    small = [NodeCapacity(n, list(range(8)), free_cpus=4.0) for n in ("s0", "s1")]
+    placements = place_gang(_cpu_job("k", 2, 1, cpus=3), NodeIndex(small), "") or []
+    assert sorted(p.node_id for p in placements) == ["s0", "s1"]
+
+
+def test_a_gang_that_fails_on_cpus_gives_back_everything() -> None:
+    nodes = [NodeCapacity(n, list(range(8)), free_cpus=10.0) for n in ("n0", "n1")]
+    assert place_gang(_cpu_job("j", 3, 8, cpus=8), NodeIndex(nodes), "") is None  # 3 x 8 GPUs: only 2 nodes
+    assert place_gang(_cpu_job("k", 2, 2, cpus=6), NodeIndex(nodes), "") is not None
+    assert place_gang(_cpu_job("l", 2, 1, cpus=6), NodeIndex(nodes), "") is None  # 4 + 4 CPUs left
+    assert [(n.free_cpus, len(n.free_gpus)) for n in nodes] == [(4.0, 6), (4.0, 6)]
+
+
+def test_nodes_without_a_cpu_figure_take_any_cpus() -> None:
+    [placement] = place_gang(_cpu_job("j", 1, 1, cpus=500), NodeIndex([NodeCapacity("n0", [0])]), "") or []
+    assert placement.node_id == "n0"

@@ -76,7 +76,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             1,
             priority=draw(st.integers(-2, 2)),
             tasks=tuple(
-                TaskDemand(f"t{k}", draw(st.integers(1, 3)), draw(st.sampled_from([0, 1, 2, 4, 8])))
+                TaskDemand(
+                    f"t{k}",
+                    draw(st.integers(1, 3)),
+                    draw(st.sampled_from([0, 1, 2, 4, 8])),
+                    cpus=draw(st.sampled_from([0.0, 1.0, 2.5, 8.0])),
+                    memory_mb=draw(st.sampled_from([0, 1024, 65536])),
+                )
                 for k in range(draw(st.integers(1, 2)))
             ),
             vc=draw(st.sampled_from(VC_NAMES)),
@@ -99,6 +105,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             domains={g: g // domain_size[node_id] for g in range(sizes[i][0])}
             if domain_size[node_id]
             else {},
+            # CPUs and memory left on the node (None: it reports none, no limit).
+            free_cpus=draw(st.sampled_from([None, 0.0, 4.0, 16.0])),
+            free_memory_mb=draw(st.sampled_from([None, 2048, 131072])),
         )
         for i, (node_id, gpus) in enumerate(free.items())
     ]
@@ -110,6 +119,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> None:
     kind = {n.node_id: n.gpu_type for n in scenario.nodes}
     free_before = {(n.node_id, g) for n in scenario.nodes for g in n.free_gpus}
+    room_before = {n.node_id: (n.free_cpus, n.free_memory_mb) for n in scenario.nodes}
+    cpus_placed: dict[str, float] = {}
+    memory_placed: dict[str, int] = {}
     result = plan(
         scenario.pending,
         scenario.nodes,
@@ -129,6 +141,8 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
         for placement in decision.placements:
             [task] = [t for t in job.tasks if t.role == placement.role]
             assert len(placement.gpu_indices) == task.gpus
+            cpus_placed[placement.node_id] = cpus_placed.get(placement.node_id, 0.0) + task.cpus
+            memory_placed[placement.node_id] = memory_placed.get(placement.node_id, 0) + task.memory_mb
             for gpu in placement.gpu_indices:
                 assert (placement.node_id, gpu) in free_before, "a GPU in use (or not ready) was given"
                 assert (placement.node_id, gpu) not in taken, "a GPU was given twice"
@@ -145,6 +159,11 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
         if types and not decision.borrowed:
             key = (job.vc, types.pop())
             guaranteed[key] = guaranteed.get(key, 0) + job.gpus
+    for node_id, (cpus, memory_mb) in room_before.items():
+        assert cpus is None or cpus_placed.get(node_id, 0.0) <= cpus + 1e-9, f"{node_id}: CPUs overcommitted"
+        assert memory_mb is None or memory_placed.get(node_id, 0) <= memory_mb, (
+            f"{node_id}: memory overcommitted"
+        )
     for (vc, gpu_type), gpus in guaranteed.items():
         assert gpus <= scenario.vcs[vc].quota[gpu_type], f"VC {vc} holds {gpus} guaranteed {gpu_type}"
     by_id = {r.job_id: r for r in scenario.running}

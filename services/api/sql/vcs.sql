@@ -59,6 +59,6 @@ GROUP BY q.key;
 -- name: cluster_shape
 -- Every registered node (ready or not) with its GPU count and model: what any job could
 -- ever get. Read by the submit checks (cached for a few seconds) and the quota warnings.
-SELECT n.id, greatest(n.gpu_count, n.expected_gpus) AS gpus, min(g.model) AS model
+SELECT n.id, greatest(n.gpu_count, n.expected_gpus) AS gpus, min(g.model) AS model, n.cpus, n.memory_mb
 FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
 GROUP BY n.id;

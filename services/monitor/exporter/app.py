@@ -14,6 +14,7 @@ import socket
 import time
 
 from services.monitor.exporter.backend import GpuBackend, open_backend
+from services.monitor.exporter.capacity import node_capacity
 from services.monitor.settings import Settings
 from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
@@ -30,6 +31,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
     node_id = settings.exporter.node_id
     boot = f"{int(time.time())}-{os.getpid()}"
     hostname = socket.gethostname()
+    capacity = node_capacity(settings.exporter.cpus, settings.exporter.memory_mb, simulated=backend.simulated)
     for seq in itertools.count():
         started = time.monotonic()
         gpus = await asyncio.to_thread(backend.sample)
@@ -46,6 +48,8 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
                 boot_id=boot,
                 gpus=gpus,
                 rack=settings.exporter.rack,
+                cpus=capacity.cpus,
+                memory_mb=capacity.memory_mb,
             ),
         )
         try:

@@ -7,14 +7,15 @@ SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR N
 -- Many nodes at once (new to this monitor, or their GPUs changed); returns the GPUs each
 -- is expected to have.
 INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address,
-                                 expected_gpus, rack)
-SELECT r.id, r.hostname, r.simulated, 'READY', r.gpu_count, now(), r.address, r.gpu_count, r.rack
-FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[], $6::text[])
-     AS r(id, hostname, simulated, gpu_count, address, rack)
+                                 expected_gpus, rack, cpus, memory_mb)
+SELECT r.id, r.hostname, r.simulated, 'READY', r.gpu_count, now(), r.address, r.gpu_count, r.rack,
+       r.cpus, r.memory_mb
+FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::bigint[])
+     AS r(id, hostname, simulated, gpu_count, address, rack, cpus, memory_mb)
 ORDER BY r.id
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
-    address = EXCLUDED.address, rack = EXCLUDED.rack,
+    address = EXCLUDED.address, rack = EXCLUDED.rack, cpus = EXCLUDED.cpus, memory_mb = EXCLUDED.memory_mb,
     last_heartbeat = now(),
     expected_gpus = greatest(n.expected_gpus, EXCLUDED.gpu_count),
     state = 'READY',
@@ -22,8 +23,9 @@ SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EX
 RETURNING n.id, n.expected_gpus;
 
 -- name: gpu_inventories
--- Each node's rack and GPUs as stored (one row with a NULL index for a node without GPUs).
-SELECT n.id AS node_id, n.rack, g.index, g.uuid, g.model, g.memory_total_mb, g.nvlink_domain
+-- Each node's rack, CPUs, memory and GPUs as stored (one row with a NULL index for a node
+-- without GPUs).
+SELECT n.id AS node_id, n.rack, n.cpus, n.memory_mb, g.index, g.uuid, g.model, g.memory_total_mb, g.nvlink_domain
 FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
 WHERE n.id = ANY($1::text[]) ORDER BY n.id, g.index;
 
@@ -59,7 +61,7 @@ SELECT r.node_id, r.index, r.utilization_pct, r.memory_used_mb, r.temperature_c,
             ELSE coalesce(string_to_array(nullif(r.throttle_reasons, ''), ','), '{}') END,
        r.ecc_corrected, r.ecc_uncorrected, r.remapped_rows_pending, r.remap_failure, r.last_xid,
        r.xid_count, r.lost, coalesce(string_to_array(nullif(r.unsupported, ''), ','), '{}'), now()
-FROM unnest($1::text[], $2::int[], $3::real[], $4::int[], $5::real[], $6::real[], $7::real[], $8::int[],
+FROM unnest($1::text[], $2::int[], $3::real[], $4::int[], $5::real[], $6::real[], $7::float8[], $8::int[],
             $9::text[], $10::bigint[], $11::bigint[], $12::bool[], $13::bool[], $14::int[], $15::int[],
             $16::bool[], $17::text[])
      AS r(node_id, index, utilization_pct, memory_used_mb, temperature_c, memory_utilization_pct, power_w,
@@ -145,7 +147,7 @@ INSERT INTO monitor.gpu_history AS h (resolution_s, bucket, node_id, gpu_index, 
                                       temperature_max, power_avg)
 SELECT $1, r.bucket, r.node_id, r.gpu_index, r.job_id, r.samples, r.utilization_avg, r.utilization_max,
        r.memory_used_mb_max, r.temperature_max, r.power_avg
-FROM unnest($2::timestamptz[], $3::text[], $4::int[], $5::text[], $6::int[], $7::real[], $8::real[],
+FROM unnest($2::timestamptz[], $3::text[], $4::int[], $5::text[], $6::int[], $7::float8[], $8::real[],
             $9::int[], $10::real[], $11::real[])
      AS r(bucket, node_id, gpu_index, job_id, samples, utilization_avg, utilization_max,
           memory_used_mb_max, temperature_max, power_avg)

@@ -10,7 +10,7 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
 -- Ready: the monitor hears the node and has not drained it, and a node agent holds a live
 -- lease to run tasks there. A GPU NVML reports lost is no capacity. A node's GPUs are of
 -- one model (its type is derived from the model in Python: shared/gpu_types.py).
-SELECT n.id, n.rack, array_agg(g.index ORDER BY g.index) AS gpu_indices,
+SELECT n.id, n.rack, n.cpus, n.memory_mb, array_agg(g.index ORDER BY g.index) AS gpu_indices,
        array_agg(g.nvlink_domain ORDER BY g.index) AS gpu_domains, min(g.model) AS model
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
@@ -18,7 +18,7 @@ LEFT JOIN monitor.gpus g
     ON g.node_id = n.id
    AND NOT EXISTS (SELECT 1 FROM monitor.gpu_readings r WHERE r.node_id = g.node_id AND r.index = g.index AND r.lost)
 WHERE n.state = 'READY' AND n.drained_at IS NULL
-GROUP BY n.id, n.rack;
+GROUP BY n.id, n.rack, n.cpus, n.memory_mb;
 
 -- name: node_models
 -- The GPU model of every node holding allocations (ready or not), to type running jobs.
@@ -40,6 +40,10 @@ ORDER BY a.job_id;
 -- priority, borrowed or not, how long since it was placed, its limit, whether a
 -- preemption was already asked for this generation.
 SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed,
+       (SELECT (t->'resources'->>'cpus')::float8 FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
+        WHERE t->>'name' = a.task_role) AS cpus,
+       (SELECT (t->'resources'->>'memory_mb')::bigint FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
+        WHERE t->>'name' = a.task_role) AS memory_mb,
        j.virtual_cluster, j.username, j.priority,
        extract(epoch FROM now() - a.created_at)::float8 AS runtime_s,
        (j.spec->>'max_runtime_s')::float8 AS max_runtime_s,
@@ -50,10 +54,12 @@ WHERE a.released_at IS NULL
 ORDER BY a.job_id, a.task_role, a.task_index;
 
 -- name: pending_jobs
--- Only what placement needs: per role, its name, instances and GPUs per instance; the
--- job's one GPU type (upper case), topology and limit.
+-- Only what placement needs: per role, its name, instances, and GPUs, CPUs and memory per
+-- instance; the job's one GPU type (upper case), topology and limit.
 SELECT id, version, priority, virtual_cluster, username,
-       (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus'] ORDER BY n)
+       (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus',
+                               coalesce(t->'resources'->>'cpus', '0'),
+                               coalesce(t->'resources'->>'memory_mb', '0')] ORDER BY n)
         FROM jsonb_array_elements(spec->'tasks') WITH ORDINALITY AS r(t, n)) AS tasks,
        (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
         WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
