@@ -154,3 +154,13 @@ class Plan:
     decisions: list[Decision] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    # A job runs at least this long before it may be preempted for priority (not for reclaim).
+    min_runtime_s: float = 300.0
+    # Preemption searches per cycle, and candidates looked at per search: each is cheap,
+    # but a long queue of jobs that all need victims must not make one cycle slow.
+    max_victim_searches: int = 32
+    max_victims_examined: int = 256

@@ -41,11 +41,9 @@ in the order above, and, when the running jobs' limits allow it, an estimated st
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from services.scheduler.estimate import estimate_starts
 from services.scheduler.model import (
@@ -56,6 +54,7 @@ from services.scheduler.model import (
     PendingJob,
     PendingReason,
     Plan,
+    PlanSettings,
     Preemption,
     RunningJob,
     VirtualCluster,
@@ -64,18 +63,7 @@ from services.scheduler.model import (
 from services.scheduler.placement import NodeIndex, place_gang, unplace
 from services.scheduler.reasons import why_waiting
 from services.scheduler.tally import Tally
-
-VictimRule = Literal["reclaim", "own_vc", "priority"]
-
-
-@dataclass(frozen=True)
-class PlanSettings:
-    # A job runs at least this long before it may be preempted for priority (not for reclaim).
-    min_runtime_s: float = 300.0
-    # Preemption searches per cycle, and candidates looked at per search: each is cheap,
-    # but a long queue of jobs that all need victims must not make one cycle slow.
-    max_victim_searches: int = 32
-    max_victims_examined: int = 256
+from services.scheduler.victims import Candidate, VictimFinder
 
 
 @dataclass
@@ -86,14 +74,6 @@ class _Reservation:
 
     def held(self) -> int:
         return sum(len(gpus) for gpus in self.gpus.values())
-
-
-@dataclass
-class _Candidate:
-    """A running job as a possible victim, with what taking it back would free."""
-
-    job: RunningJob
-    free_already: bool  # being preempted already: its GPUs are coming free anyway
 
 
 def plan(
@@ -136,20 +116,15 @@ class _Planner:
         self.settings = settings
         self.result = Plan()
         self.tally = Tally()
-        self.running_on: dict[str, list[RunningJob]] = {}  # by GPU type
         for job in running:
             self.tally.add(job.vc, job.user, job.gpu_type, job.gpus, job.borrowed)
-            if job.gpus:
-                self.running_on.setdefault(job.gpu_type, []).append(job)
-        self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
+        self.victims = VictimFinder(self.index, running, settings)
         # Gang shapes that found no place and no victims this cycle: the same shape cannot
         # fare better later in the cycle (GPUs are only taken, searches only used up),
         # so the next job of that shape goes straight to its reason.
         self.hopeless: set[tuple[object, ...]] = set()
         self.free_at_start = {kind: self.index.free(kind) for kind in self.index.types()}
-        self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.reservation: _Reservation | None = None
-        self.victim_searches = 0
         self._order = {job.job_id: n for n, job in enumerate(pending)}
         # Bumped whenever the cycle changes what an explanation reads (a placement, a
         # preemption, a reservation): between two bumps, jobs of one shape wait for the
@@ -158,16 +133,6 @@ class _Planner:
         self.version = 0
         self._explained: dict[tuple[object, ...], tuple[PendingReason, str]] = {}
         self._explained_at = 0  # the version the memo holds answers for
-
-    def by_cost(self, gpu_type: str) -> list[RunningJob]:
-        """Running jobs of a type as possible victims, cheapest first: already stopping,
-        borrowed, lowest priority, least progress lost."""
-        if gpu_type not in self._by_cost:
-            self._by_cost[gpu_type] = sorted(
-                self.running_on.get(gpu_type, ()),
-                key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id),
-            )
-        return self._by_cost[gpu_type]
 
     # --- quota ------------------------------------------------------------------------
 
@@ -273,15 +238,14 @@ class _Planner:
             if self.try_place(job, gpu_type, borrowed=False):
                 return None
         for gpu_type in guaranteed:
-            victims = self.find_victims(job, gpu_type, self.candidates(job, gpu_type, "reclaim"))
+            victims = self.victims.find(job, gpu_type, "reclaim")
             if victims is not None:
                 return self.preempt_for(job, victims, "reclaimed for a job within its VC's quota")
         if not guaranteed:
             for gpu_type in types:
                 if self.quota(job.vc, gpu_type) >= job.gpus:
-                    victims = self.find_victims(
-                        job, gpu_type, self.candidates(job, gpu_type, "own_vc"), quota=True
-                    )
+                    gap = job.gpus - self.headroom(job, gpu_type)
+                    victims = self.victims.find(job, gpu_type, "own_vc", quota_gap=gap)
                     if victims is not None:
                         return self.preempt_for(job, victims, "preempted for a higher-priority job of its VC")
         for gpu_type in types:
@@ -291,7 +255,7 @@ class _Planner:
             if backfill and self.fits_before_reservation(job, gpu_type, borrowed=gpu_type not in guaranteed):
                 return None
         for gpu_type in types:
-            victims = self.find_victims(job, gpu_type, self.candidates(job, gpu_type, "priority"))
+            victims = self.victims.find(job, gpu_type, "priority")
             if victims is not None:
                 return self.preempt_for(job, victims, "preempted for a higher-priority job")
         return self.explain(job, guaranteed, shape)
@@ -336,7 +300,7 @@ class _Planner:
     def reserve(self, job: PendingJob, gpu_type: str) -> None:
         """Withhold the free GPUs of the nodes that will hold ``job`` soonest."""
         releases = sorted(
-            (r for r in self.running_on.get(gpu_type, ()) if r.job_id not in self.claimed),
+            (r for r in self.victims.running_on.get(gpu_type, ()) if r.job_id not in self.victims.claimed),
             key=lambda r: (
                 r.max_runtime_s is None,
                 (r.max_runtime_s - r.runtime_s) if r.max_runtime_s is not None else -r.runtime_s,
@@ -378,92 +342,11 @@ class _Planner:
 
     # --- preemption -------------------------------------------------------------------
 
-    def candidates(self, job: PendingJob, gpu_type: str, rule: VictimRule) -> Iterator[_Candidate]:
-        """Possible victims for ``job`` on ``gpu_type``, cheapest first, lazily: the running
-        jobs of each type are sorted by cost once per cycle, and a search usually stops
-        after a few. ``reclaim``: borrowed jobs, any priority (a guaranteed job asks);
-        ``own_vc``: also the job's own VC's guaranteed jobs of lower priority;
-        ``priority``: borrowed jobs of lower priority. Jobs already stopping come first,
-        free; priority victims must have run ``min_runtime_s``."""
-        min_runtime = self.settings.min_runtime_s
-        for running in self.by_cost(gpu_type):
-            # The order is (stopping, borrowed, priority, ...): once past what the rule can
-            # take, nothing further can be taken either.
-            if not running.preempting and not running.borrowed and rule != "own_vc":
-                return
-            if not running.preempting and rule != "reclaim" and running.priority >= job.priority:
-                if rule == "priority" or not running.borrowed:
-                    return
-                continue  # own_vc: borrowed jobs at this priority are past; its own VC's may follow
-            if running.job_id in self.claimed:
-                continue
-            if running.preempting:
-                yield _Candidate(running, free_already=True)
-            elif running.runtime_s < min_runtime and rule != "reclaim":
-                continue
-            elif running.borrowed or running.vc == job.vc:
-                yield _Candidate(running, free_already=False)
-
-    def find_victims(
-        self, job: PendingJob, gpu_type: str, candidates: Iterator[_Candidate], *, quota: bool = False
-    ) -> list[_Candidate] | None:
-        """The fewest cheapest candidates whose GPUs let ``job`` fit (and, with ``quota``,
-        whose guaranteed GPUs in the job's VC make room for it in the quota); None if none.
-
-        A what-if on the index itself: each candidate's GPUs are given back in turn until
-        the gang fits, then everything is taken again, so the index ends as it began except
-        for the free GPUs the placement will use, which are now held for the job."""
-        if self.victim_searches >= self.settings.max_victim_searches:
-            return None
-        if gpu_type not in self.running_on:
-            return None
-        self.victim_searches += 1
-        gap = job.gpus - self.headroom(job, gpu_type) if quota else 0
-        chosen: list[_Candidate] = []
-        given: list[tuple[str, tuple[int, ...]]] = []
-        freed_quota = 0
-        placements = None
-        for candidate in itertools.islice(candidates, self.settings.max_victims_examined):
-            chosen.append(candidate)
-            for node_id, gpus in candidate.job.slices:
-                if node_id in self.index.nodes and gpus:
-                    self.index.give(node_id, gpus)
-                    given.append((node_id, gpus))
-            if candidate.job.vc == job.vc and not candidate.job.borrowed:
-                freed_quota += candidate.job.gpus
-            if freed_quota >= gap:
-                placements = place_gang(job, self.index, gpu_type)
-                if placements is not None:
-                    break
-        if placements is not None:
-            unplace(self.index, job, placements)
-        for node_id, gpus in given:
-            self.index.take_exact(node_id, gpus)
-        if placements is None:
-            return None
-        # Keep only the victims the placement uses (and those the quota needs), then hold
-        # the placement's GPUs that are free now for the job.
-        used = {(p.node_id, g) for p in placements for g in p.gpu_indices}
-        needed: list[_Candidate] = []
-        freed_quota = 0
-        for candidate in chosen:
-            own = candidate.job.vc == job.vc and not candidate.job.borrowed
-            touches = any((node, g) in used for node, gpus in candidate.job.slices for g in gpus)
-            if touches or (own and freed_quota < gap):
-                needed.append(candidate)
-                freed_quota += candidate.job.gpus if own else 0
-        victim_gpus = {(node, g) for c in needed for node, gpus in c.job.slices for g in gpus}
-        for placement in placements:
-            held = [g for g in placement.gpu_indices if (placement.node_id, g) not in victim_gpus]
-            if held:
-                self.index.take_exact(placement.node_id, held)
-        return needed
-
-    def preempt_for(self, job: PendingJob, victims: list[_Candidate], why: str) -> tuple[PendingReason, str]:
+    def preempt_for(self, job: PendingJob, victims: list[Candidate], why: str) -> tuple[PendingReason, str]:
         self.version += 1  # victims claimed, the placement's free GPUs held for the job
         names = []
         for victim in victims:
-            self.claimed.add(victim.job.job_id)
+            self.victims.claimed.add(victim.job.job_id)
             names.append(victim.job.job_id)
             if not victim.free_already:
                 self.result.preemptions.append(

@@ -1,0 +1,141 @@
+"""Preemption victims: which running jobs to stop so a waiting job fits, cheapest first.
+
+Running jobs of each GPU type are sorted by cost once per cycle (already stopping, then
+borrowed, then lowest priority, then least progress lost) and looked at lazily: a search
+usually stops after a few. A search is a what-if on the planner's node index: each
+candidate's GPUs are given back in turn until the gang fits, then everything is taken
+again, so the index ends as it began except for the free GPUs the placement will use,
+which are then held for the waiting job. Only the victims the placement needs (and those
+its VC's quota needs) are kept. Searches per cycle and candidates per search are bounded
+(``PlanSettings``), so a long queue of jobs that all need victims cannot make one cycle slow.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from services.scheduler.model import PendingJob, PlanSettings, RunningJob
+from services.scheduler.placement import NodeIndex, place_gang, unplace
+
+# reclaim: a guaranteed job takes back borrowed GPUs; own_vc: a job within its VC's quota
+# preempts lower-priority jobs of its VC; priority: lower-priority borrowed jobs anywhere.
+VictimRule = Literal["reclaim", "own_vc", "priority"]
+
+
+@dataclass
+class Candidate:
+    """A running job as a possible victim, with what taking it back would free."""
+
+    job: RunningJob
+    free_already: bool  # being preempted already: its GPUs are coming free anyway
+
+
+class VictimFinder:
+    """The running jobs of one cycle as possible victims, and the searches among them."""
+
+    def __init__(self, index: NodeIndex, running: Sequence[RunningJob], settings: PlanSettings) -> None:
+        self.index = index
+        self.settings = settings
+        self.running_on: dict[str, list[RunningJob]] = {}  # by GPU type
+        for job in running:
+            if job.gpus:
+                self.running_on.setdefault(job.gpu_type, []).append(job)
+        self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
+        self.claimed: set[str] = set()  # victims promised to a job this cycle
+        self.searches = 0
+
+    def by_cost(self, gpu_type: str) -> list[RunningJob]:
+        """Running jobs of a type as possible victims, cheapest first: already stopping,
+        borrowed, lowest priority, least progress lost."""
+        if gpu_type not in self._by_cost:
+            self._by_cost[gpu_type] = sorted(
+                self.running_on.get(gpu_type, ()),
+                key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id),
+            )
+        return self._by_cost[gpu_type]
+
+    def candidates(self, job: PendingJob, gpu_type: str, rule: VictimRule) -> Iterator[Candidate]:
+        """Possible victims for ``job`` on ``gpu_type``, cheapest first, lazily: the running
+        jobs of each type are sorted by cost once per cycle, and a search usually stops
+        after a few. ``reclaim``: borrowed jobs, any priority (a guaranteed job asks);
+        ``own_vc``: also the job's own VC's guaranteed jobs of lower priority;
+        ``priority``: borrowed jobs of lower priority. Jobs already stopping come first,
+        free; priority victims must have run ``min_runtime_s``."""
+        min_runtime = self.settings.min_runtime_s
+        for running in self.by_cost(gpu_type):
+            # The order is (stopping, borrowed, priority, ...): once past what the rule can
+            # take, nothing further can be taken either.
+            if not running.preempting and not running.borrowed and rule != "own_vc":
+                return
+            if not running.preempting and rule != "reclaim" and running.priority >= job.priority:
+                if rule == "priority" or not running.borrowed:
+                    return
+                continue  # own_vc: borrowed jobs at this priority are past; its own VC's may follow
+            if running.job_id in self.claimed:
+                continue
+            if running.preempting:
+                yield Candidate(running, free_already=True)
+            elif running.runtime_s < min_runtime and rule != "reclaim":
+                continue
+            elif running.borrowed or running.vc == job.vc:
+                yield Candidate(running, free_already=False)
+
+    def find(
+        self, job: PendingJob, gpu_type: str, rule: VictimRule, *, quota_gap: int = 0
+    ) -> list[Candidate] | None:
+        """The fewest cheapest candidates (by ``rule``) whose GPUs let ``job`` fit (and whose
+        guaranteed GPUs in the job's VC free ``quota_gap`` of its quota); None if none.
+
+        A what-if on the index itself: each candidate's GPUs are given back in turn until
+        the gang fits, then everything is taken again, so the index ends as it began except
+        for the free GPUs the placement will use, which are now held for the job."""
+        if self.searches >= self.settings.max_victim_searches:
+            return None
+        if gpu_type not in self.running_on:
+            return None
+        self.searches += 1
+        gap = quota_gap
+        chosen: list[Candidate] = []
+        given: list[tuple[str, tuple[int, ...]]] = []
+        freed_quota = 0
+        placements = None
+        for candidate in itertools.islice(
+            self.candidates(job, gpu_type, rule), self.settings.max_victims_examined
+        ):
+            chosen.append(candidate)
+            for node_id, gpus in candidate.job.slices:
+                if node_id in self.index.nodes and gpus:
+                    self.index.give(node_id, gpus)
+                    given.append((node_id, gpus))
+            if candidate.job.vc == job.vc and not candidate.job.borrowed:
+                freed_quota += candidate.job.gpus
+            if freed_quota >= gap:
+                placements = place_gang(job, self.index, gpu_type)
+                if placements is not None:
+                    break
+        if placements is not None:
+            unplace(self.index, job, placements)
+        for node_id, gpus in given:
+            self.index.take_exact(node_id, gpus)
+        if placements is None:
+            return None
+        # Keep only the victims the placement uses (and those the quota needs), then hold
+        # the placement's GPUs that are free now for the job.
+        used = {(p.node_id, g) for p in placements for g in p.gpu_indices}
+        needed: list[Candidate] = []
+        freed_quota = 0
+        for candidate in chosen:
+            own = candidate.job.vc == job.vc and not candidate.job.borrowed
+            touches = any((node, g) in used for node, gpus in candidate.job.slices for g in gpus)
+            if touches or (own and freed_quota < gap):
+                needed.append(candidate)
+                freed_quota += candidate.job.gpus if own else 0
+        victim_gpus = {(node, g) for c in needed for node, gpus in c.job.slices for g in gpus}
+        for placement in placements:
+            held = [g for g in placement.gpu_indices if (placement.node_id, g) not in victim_gpus]
+            if held:
+                self.index.take_exact(placement.node_id, held)
+        return needed
