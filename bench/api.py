@@ -4,9 +4,13 @@ Starts a private Postgres and NATS as ``make up`` does, with **one API process**
 other service (``CORRAL_SERVICES=api``): a scheduler would place the submitted jobs and
 compete for the same two cores, and its cost is not the API's. The API's own outbox
 relay runs, as it always does, so every submit's ``job.submitted`` event is published to
-JetStream during the measurement. The load comes from a separate client process
-(``bench.api_clients``: plain HTTP/1.1 on asyncio, far cheaper per request than httpx),
-whose CPU is reported beside the API's and Postgres'.
+JetStream during the measurement. One node with 8 H100s is registered straight in
+Postgres (as the monitor would), so a submit's "could this ever run?" check works from
+its cached cluster shape as in a real cluster (an empty cluster is read on every
+submit). The per-token rate limits are turned off: one token makes all the load here.
+The load comes from a separate client process (``bench.api_clients``: plain HTTP/1.1 on
+asyncio, far cheaper per request than httpx), whose CPU is reported beside the API's
+and Postgres'.
 
 1. **Submits**: ``--concurrency`` keep-alive connections share ``--warmup`` then
    ``--submits`` ``POST /api/v1/jobs`` of a one-GPU job with the bootstrap admin token
@@ -50,6 +54,12 @@ from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
 
 TICKS = os.sysconf("SC_CLK_TCK")
+# What a submit would be refused by: one token sends everything (0 turns a limit off).
+UNLIMITED = {
+    "CORRAL_SERVICES": "api",
+    "CORRAL_API_RATE_LIMIT_PER_S": "0",
+    "CORRAL_API_SUBMIT_RATE_LIMIT_PER_S": "0",
+}
 JOB = {"name": "bench", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 1}}]}
 
 
@@ -224,6 +234,7 @@ async def measure_sse(
             paced.append(await publisher.publish())
         got = await _arrivals(stdout, set(paced), 60.0)
         api1, _ = cpu.read()
+        paced_s = time.monotonic() - started
         last = [(got[s][1] - publisher.stamps[s]) * 1000 for s in paced]
         first = [(got[s][0] - publisher.stamps[s]) * 1000 for s in paced]
         # Burst: how fast the hub and the API's streams push events to everyone.
@@ -243,15 +254,34 @@ async def measure_sse(
         "sse_latency_p50_ms": round(statistics.median(last), 1),
         "sse_latency_p99_ms": round(percentile(last, 0.99), 1),
         "sse_first_latency_p50_ms": round(statistics.median(first), 1),
-        "sse_api_cpu_percent_paced": round(100 * (api1 - api0) / (len(paced) / rate), 1),
+        "sse_api_cpu_percent_paced": round(100 * (api1 - api0) / paced_s, 1),
         "sse_events_per_s": round(burst / span, 1),
         "sse_deliveries_per_s": round(burst * subscribers / span),
         "sse_connections_lost": summary["connections_lost"],
     }
 
 
+async def register_node(stack: BenchStack) -> None:
+    """One ready node with 8 H100s, as the monitor would register it."""
+    conn = await asyncpg.connect(stack.database_url())
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                """INSERT INTO monitor.nodes (id, hostname, simulated, state, gpu_count, last_heartbeat)
+                   VALUES ('bench-node', 'bench-node', true, 'READY', 8, now())"""
+            )
+            await conn.execute(
+                """INSERT INTO monitor.gpus (node_id, index, uuid, model, memory_total_mb)
+                   SELECT 'bench-node', i, 'GPU-bench-' || i, 'NVIDIA H100 80GB HBM3', 81559
+                   FROM generate_series(0, 7) i"""
+            )
+    finally:
+        await conn.close()
+
+
 async def measure(stack: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
     cpu = Cpu(stack)
+    await register_node(stack)
     result = await measure_submits(stack, cpu, args.submits, args.warmup, args.concurrency)
     if args.subscribers:
         await _wait_outbox_drained(stack)
@@ -272,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sse-burst", type=int, default=200, help="events sent at once")
     parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
     args = parser.parse_args(argv)
-    with private_stack(keep=args.keep, extra_env={"CORRAL_SERVICES": "api"}) as stack:
+    with private_stack(keep=args.keep, extra_env=UNLIMITED) as stack:
         result = asyncio.run(measure(stack, args))
     print(json.dumps({"bench": "api", "concurrency": args.concurrency, **result}), flush=True)
     return 0
