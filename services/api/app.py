@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 
 from services.api.audit import AuditLog
 from services.api.auth import TokenCache, bootstrap_admin
+from services.api.body_limit import BodySizeLimit
 from services.api.deps import AskScheduler
 from services.api.event_hub import EventHub
 from services.api.event_scope import Scopes
 from services.api.integrations import run_integrations
-from services.api.problems import install_problem_handlers, problem
+from services.api.problems import install_problem_handlers
+from services.api.rate_limit import RateLimit
 from services.api.repository import ApiRepository
 from services.api.routes_alert_rules import router as alert_rules_router
 from services.api.routes_alerts import router as alerts_router
@@ -41,26 +42,6 @@ from services.api.tenant_repository import TenantRepository
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.metrics import HttpMetrics, exposition
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
-
-
-class BodySizeLimit(BaseHTTPMiddleware):
-    """Refuse bodies larger than the limit before reading them (413)."""
-
-    def __init__(self, app: object, max_bytes: int) -> None:
-        super().__init__(app)  # type: ignore[arg-type]
-        self.max_bytes = max_bytes
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            return problem(
-                413,
-                "too-large",
-                "Request body too large",
-                f"the body may be at most {self.max_bytes} bytes",
-                request.url.path,
-            )
-        return await call_next(request)
 
 
 def create_app(
@@ -87,6 +68,14 @@ def create_app(
     # Innermost: it sees the route matched and the principal verified (audit.py).
     app.add_middleware(AuditLog, repo=TenantRepository(repo.db))
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
+    # Outside the audit log: a 429 reaches no route, so it changes nothing to record.
+    app.add_middleware(
+        RateLimit,
+        per_s=settings.api.rate_limit_per_s,
+        burst=settings.api.rate_limit_burst,
+        submit_per_s=settings.api.submit_rate_limit_per_s,
+        submit_burst=settings.api.submit_rate_limit_burst,
+    )
     app.add_middleware(HttpMetrics)
     # Each request is a server span, the root of the trace its events continue. The ASGI
     # receive/send spans (one per body chunk) would only add noise.

@@ -135,6 +135,11 @@ class EventHub:
                 return False
         return True
 
+    @property
+    def js(self) -> JetStreamContext:
+        """The JetStream context, for one-off reads (a job's history: ``job_events.py``)."""
+        return self._js
+
     def register(self, wants: Callable[[EventFacts], bool]) -> Subscriber:
         subscriber = Subscriber(wants, Cursor(tuple(self._positions)), self._queue_limit)
         self._subscribers.add(subscriber)

@@ -64,7 +64,9 @@ def describe_validation_errors(errors: list[dict[str, Any]]) -> list[dict[str, s
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def corral_error(request: Request, exc: CorralError) -> JSONResponse:
-        return problem(exc.status, exc.problem_type, exc.title, exc.detail, request.url.path)
+        # Some errors carry more than a sentence, e.g. ``errors``: one entry per wrong field.
+        fields: dict[str, Any] = getattr(exc, "problem_fields", {})
+        return problem(exc.status, exc.problem_type, exc.title, exc.detail, request.url.path, **fields)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from services.api.admission import ClusterShape, ShapeCache, check_can_ever_run
+from services.api.idempotency import IdempotencyKey
+from services.api.job_pages import JobCursor
 from shared.db.pool import Connection, Database
 from shared.db.queries import Queries
 from shared.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -54,15 +56,35 @@ class ApiRepository:
         async with self.db.transaction() as conn:
             await append(conn, event, aggregate=aggregate)
 
-    async def submit_job(self, spec: JobSpec, username: str, vc_user: str | None) -> dict[str, Any]:
+    async def submit_job(
+        self,
+        spec: JobSpec,
+        username: str,
+        vc_user: str | None,
+        *,
+        secrets: dict[str, str] | None = None,
+        idempotency: IdempotencyKey | None = None,
+        secrets_from: str | None = None,
+        tags: list[str] | None = None,
+    ) -> dict[str, Any]:
         """Store the job as PENDING and its ``job.submitted`` event, atomically.
 
         Refused (nothing stored) when its VC does not exist or the user may not use it, or
-        no registered node could ever hold it."""
+        no registered node could ever hold it. ``secrets`` (environment variable → value)
+        are stored apart from the spec (``api.job_secrets``); ``secrets_from`` copies
+        another job's (a resubmit). With ``idempotency``, a key this user already used for
+        the same request returns that job instead (``replayed`` True in the answer), and
+        for another request raises ``IdempotencyKeyReused``."""
         check_can_ever_run(spec, await self.shapes.get())
         job_id: JobId = new_job_id()
         async with self.db.transaction() as conn:
             await self._check_vc(conn, spec, vc_user)
+            if idempotency is not None:
+                earlier = await idempotency.claim(conn, username, job_id)
+                if earlier is not None:
+                    row = await conn.fetchrow(SQL.get_job, earlier)
+                    assert row is not None  # the key's job: deleted with it (cascade)
+                    return {**dict(row), "replayed": True}
             row = await conn.fetchrow(
                 SQL.insert_job,
                 job_id,
@@ -73,7 +95,12 @@ class ApiRepository:
                 spec.model_dump(mode="json"),
                 spec.total_gpus,
                 current_traceparent(),
+                tags,
             )
+            if secrets:
+                await conn.execute(SQL.insert_job_secrets, job_id, list(secrets), list(secrets.values()))
+            if secrets_from is not None:
+                await conn.execute(SQL.copy_job_secrets, secrets_from, job_id)
             event = JobSubmitted(
                 source=SOURCE,
                 subject=job_id,
@@ -86,8 +113,10 @@ class ApiRepository:
                 ),
             )
             await append(conn, event, aggregate=job_id)
+        if idempotency is not None:
+            await idempotency.sweep(self.db)
         assert row is not None
-        return dict(row)
+        return {**dict(row), "replayed": False}
 
     async def check_submittable(self, spec: JobSpec, vc_user: str | None) -> None:
         """The checks of a submit, storing nothing (for dry runs)."""
@@ -149,8 +178,37 @@ class ApiRepository:
         row = await self.db.fetchrow(SQL.get_job, job_id)
         return dict(row) if row else None
 
-    async def list_jobs(self, state: str | None, limit: int) -> list[dict[str, Any]]:
-        return [dict(row) for row in await self.db.fetch(SQL.list_jobs, state, limit)]
+    async def list_jobs(
+        self,
+        states: list[str] | None,
+        virtual_cluster: str | None,
+        username: str | None,
+        name: str | None,
+        tags: list[str] | None,
+        since: datetime | None,
+        until: datetime | None,
+        after: JobCursor | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """Newest first; every filter given must hold (``tags``: all of them); ``after``:
+        the jobs older than that cursor."""
+        rows = await self.db.fetch(
+            SQL.list_jobs,
+            states,
+            virtual_cluster,
+            username,
+            name,
+            tags,
+            since,
+            until,
+            after.created_at if after else None,
+            after.job_id if after else None,
+            limit,
+        )
+        return [dict(row) for row in rows]
+
+    async def set_job_tags(self, job_id: str, tags: list[str]) -> list[str]:
+        return list(await self.db.fetchval(SQL.set_job_tags, job_id, tags))
 
     async def attempts_of_job(self, job_id: str) -> list[dict[str, Any]]:
         return [dict(row) for row in await self.db.fetch(SQL.attempts_of_job, job_id)]

@@ -1,4 +1,5 @@
-"""``/api/v1/jobs``: submit, read, list, logs.
+"""``/api/v1/jobs``: submit (JSON, YAML, OpenPAI v2), dry run, list, read, cancel,
+resubmit, attempts, tags, events, logs.
 
 A user reads, cancels and follows the logs of their own jobs only (admins: every job);
 someone else's job is "not found", so its existence does not leak. Submitting needs a VC
@@ -11,20 +12,27 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from pydantic import AwareDatetime
 
 from services.api.audit import set_audit_target
 from services.api.auth import AuthenticatedPrincipal, Principal
 from services.api.deps import ask_scheduler, repository
+from services.api.event_hub import EventHub
+from services.api.idempotency import HEADER as IDEMPOTENCY_HEADER
+from services.api.idempotency import REPLAYED_HEADER, IdempotencyKey, check_key
+from services.api.job_events import MAX_JOB_EVENTS, JobEvents, job_history
+from services.api.job_input import OPENAPI_BODY, SubmittedJob, read_job
+from services.api.job_pages import MAX_TAGS, TAG_PATTERN, JobCursor, Tags
 from services.api.logs import follow_log
 from services.api.repository import ApiRepository
-from services.api.views import DryRunView, JobList, JobView
+from services.api.views import AttemptList, AttemptView, DryRunView, JobList, JobView
 from shared.dry_run import DryRunAnswer, DryRunRequest
 from shared.errors import NotFound, TransientError
-from shared.jobs import JobSpec, JobState
+from shared.jobs import NAME_PATTERN, JobSpec, JobState
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -32,26 +40,65 @@ _TASK_RE = re.compile(r"^([a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?)-(\d{1,6})$")
 MAX_LOG_BYTES = 4 * 1024 * 1024
 
 
-async def _visible_job(repo: ApiRepository, job_id: str, principal: Principal) -> dict[str, object]:
+async def _visible_job(repo: ApiRepository, job_id: str, principal: Principal) -> dict[str, Any]:
     job = await repo.get_job(job_id)
     if job is None or not (principal.is_admin or job["username"] == principal.username):
         raise NotFound(f"no job with id {job_id!r}; list your jobs with GET /api/v1/jobs")
     return job
 
 
-@router.post("", status_code=201, operation_id="submitJob", response_model=JobView)
-async def submit_job(spec: JobSpec, request: Request, principal: AuthenticatedPrincipal) -> JobView:
-    """Submit a job to a VC you may use. It starts ``PENDING`` and is queued for placement."""
-    job = await repository(request).submit_job(spec, principal.username, principal.vc_user)
-    set_audit_target(request, job["id"])
-    return JobView.from_rows(job, [])
+@router.post(
+    "",
+    status_code=201,
+    operation_id="submitJob",
+    response_model=JobView,
+    openapi_extra=OPENAPI_BODY,
+    responses={
+        201: {"description": "created; a replay of an Idempotency-Key answers 201 with the first job"},
+        415: {"description": "a body that is neither JSON nor YAML"},
+        429: {"description": "too many requests for this token (Retry-After)"},
+    },
+)
+async def submit_job(
+    request: Request,
+    response: Response,
+    principal: AuthenticatedPrincipal,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            max_length=255,
+            description="retry-safe submit: the same key and request return the first job",
+        ),
+    ] = None,
+) -> JobView:
+    """Submit a job to a VC you may use: Corral's spec as JSON or YAML, or an OpenPAI job
+    protocol v2 document. It starts ``PENDING`` and is queued for placement."""
+    job = await _read(request)
+    key = None
+    if idempotency_key is not None:
+        retention_s = request.app.state.api_settings.idempotency_retention_s
+        key = IdempotencyKey(check_key(idempotency_key), job.digest, retention_s)
+    row = await repository(request).submit_job(
+        job.spec, principal.username, principal.vc_user, secrets=job.secrets, idempotency=key
+    )
+    if row["replayed"]:
+        response.headers[REPLAYED_HEADER] = "true"
+    set_audit_target(request, row["id"])
+    return JobView.from_rows(row, [])
 
 
-@router.post("/dry-run", operation_id="dryRunJob", response_model=DryRunView)
-async def dry_run(spec: JobSpec, request: Request, principal: AuthenticatedPrincipal) -> DryRunView:
+async def _read(request: Request) -> SubmittedJob:
+    return await read_job(request, request.app.state.api_settings.max_body_bytes)
+
+
+@router.post("/dry-run", operation_id="dryRunJob", response_model=DryRunView, openapi_extra=OPENAPI_BODY)
+async def dry_run(request: Request, principal: AuthenticatedPrincipal) -> DryRunView:
     """Where would this job go, and when? The scheduler's answer as if it were submitted now,
     with nothing stored: its placement, or why it would wait, its position and estimated
-    start. A job that can never run gets the 422 a submit would get."""
+    start. A job that can never run gets the 422 a submit would get. Takes what a submit
+    takes (JSON, YAML, OpenPAI v2)."""
+    spec = (await _read(request)).spec
     await repository(request).check_submittable(spec, principal.vc_user)
     question = DryRunRequest(spec=spec, user=principal.username).model_dump_json().encode()
     answer = DryRunAnswer.model_validate_json(await ask_scheduler(request, question))
@@ -64,13 +111,40 @@ async def dry_run(spec: JobSpec, request: Request, principal: AuthenticatedPrinc
 async def list_jobs(
     request: Request,
     principal: AuthenticatedPrincipal,
-    state: JobState | None = None,
+    state: Annotated[list[JobState] | None, Query(max_length=6, description="repeatable")] = None,
+    virtual_cluster: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    user: Annotated[str | None, Query(pattern=NAME_PATTERN, description="admins: anyone's")] = None,
+    name: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    tag: Annotated[
+        list[Annotated[str, Query(pattern=TAG_PATTERN)]] | None,
+        Query(max_length=MAX_TAGS, description="repeatable: jobs with every tag given"),
+    ] = None,
+    since: Annotated[AwareDatetime | None, Query(description="submitted at or after")] = None,
+    until: Annotated[AwareDatetime | None, Query(description="submitted before")] = None,
+    cursor: Annotated[str | None, Query(max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> JobList:
-    """The most recent jobs first (yours; every job for admins)."""
-    rows = await repository(request).list_jobs(state.value if state else None, limit)
-    visible = [r for r in rows if principal.is_admin or r["username"] == principal.username]
-    return JobList(items=[JobView.from_rows(r, []) for r in visible])
+    """The most recent jobs first (yours; every job for admins), filtered, a page at a time:
+    ``next_cursor`` of one page, given as ``cursor``, yields the next (older) one. A keyset,
+    not an offset, so jobs submitted meanwhile neither repeat nor shift a page."""
+    owner = user if principal.is_admin else principal.username
+    if user is not None and user != owner:
+        return JobList(items=[])  # another user's jobs: none that you may see
+    after = JobCursor.parse(cursor) if cursor else None
+    rows = await repository(request).list_jobs(
+        [s.value for s in state] if state else None,
+        virtual_cluster,
+        owner,
+        name,
+        sorted(set(tag)) if tag else None,
+        since,
+        until,
+        after,
+        limit + 1,
+    )
+    page = [JobView.from_rows(r, []) for r in rows[:limit]]
+    more = len(rows) > limit
+    return JobList(items=page, next_cursor=JobCursor.of(rows[limit - 1]).encode() if more else None)
 
 
 @router.get("/{job_id}", operation_id="getJob", response_model=JobView)
@@ -142,3 +216,63 @@ def _read_tail(path: Path, limit: int) -> str:
             return handle.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
         raise NotFound(f"the log file of this attempt is gone ({path.name})") from None
+
+
+@router.post(
+    "/{job_id}/resubmit",
+    status_code=201,
+    operation_id="resubmitJob",
+    response_model=JobView,
+    responses={429: {"description": "too many submits for this token (Retry-After)"}},
+)
+async def resubmit_job(job_id: str, request: Request, principal: AuthenticatedPrincipal) -> JobView:
+    """A new job with the same spec (and tags and secrets), submitted by you now: for a job
+    that failed or was cancelled, or to run one again. The checks of a submit apply to you
+    (your VCs); the old job is untouched."""
+    repo = repository(request)
+    old = await _visible_job(repo, job_id, principal)
+    spec = JobSpec.model_validate(old["spec"])
+    row = await repo.submit_job(
+        spec, principal.username, principal.vc_user, secrets_from=job_id, tags=list(old["tags"])
+    )
+    set_audit_target(request, row["id"])
+    return JobView.from_rows(row, [])
+
+
+@router.get("/{job_id}/attempts", operation_id="listJobAttempts", response_model=AttemptList)
+async def list_attempts(job_id: str, request: Request, principal: AuthenticatedPrincipal) -> AttemptList:
+    """Every attempt of every task of the job, oldest first per task: node, host, ports,
+    GPUs, exit code and signal, how the ending was classified, when."""
+    repo = repository(request)
+    await _visible_job(repo, job_id, principal)
+    return AttemptList(items=[AttemptView.model_validate(a) for a in await repo.attempts_of_job(job_id)])
+
+
+@router.put("/{job_id}/tags", operation_id="setJobTags", response_model=Tags)
+async def set_tags(job_id: str, tags: Tags, request: Request, principal: AuthenticatedPrincipal) -> Tags:
+    """Replace the job's tags (``[]`` clears them); find jobs by tag with
+    ``GET /api/v1/jobs?tag=...``. Tags are labels for people and scripts: they change
+    nothing about how the job runs."""
+    repo = repository(request)
+    await _visible_job(repo, job_id, principal)
+    return Tags(tags=await repo.set_job_tags(job_id, sorted(set(tags.tags))))
+
+
+@router.get("/{job_id}/events", operation_id="listJobEvents", response_model=JobEvents)
+async def list_job_events(
+    job_id: str,
+    request: Request,
+    principal: AuthenticatedPrincipal,
+    limit: Annotated[int, Query(ge=1, le=MAX_JOB_EVENTS)] = 1000,
+) -> JobEvents:
+    """The job's lifecycle so far, oldest first: each event the CloudEvents document that
+    SSE, webhooks and NATS carry (submitted, scheduled, task started/exited, retrying,
+    ended...), read from the ``CORRAL_JOBS`` stream (kept a week)."""
+    repo = repository(request)
+    job = await _visible_job(repo, job_id, principal)
+    hub: EventHub | None = request.app.state.event_hub
+    if hub is None:
+        raise TransientError("this API serves no events (no message bus); try again later")
+    nodes = sorted({a["node_id"] for a in await repo.attempts_of_job(job_id)})
+    events = await job_history(hub.js, job_id, job["created_at"], nodes, limit)
+    return JobEvents(items=events, truncated=len(events) >= limit)

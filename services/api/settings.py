@@ -33,6 +33,15 @@ class ApiSettings(BaseSettings):
     webhook_lease_s: float = Field(default=120.0, gt=0)
     webhook_concurrency: int = Field(default=32, ge=1, le=1000)
     webhook_secret_overlap_s: float = Field(default=24 * 3600.0, ge=0)
+    # How long an Idempotency-Key on submit is remembered (idempotency.py).
+    idempotency_retention_s: float = Field(default=24 * 3600.0, ge=60, le=30 * 24 * 3600.0)
+    # Per-token rate limits (rate_limit.py), token buckets in each API process: requests
+    # per second sustained and the burst allowed above it; submits (POST /api/v1/jobs and
+    # resubmits) also draw from a bucket of their own. 0 turns a limit off.
+    rate_limit_per_s: float = Field(default=50.0, ge=0)
+    rate_limit_burst: int = Field(default=200, ge=1)
+    submit_rate_limit_per_s: float = Field(default=20.0, ge=0)
+    submit_rate_limit_burst: int = Field(default=100, ge=1)
 
 
 class Settings(BaseSettings):

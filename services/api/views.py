@@ -64,6 +64,7 @@ class JobView(BaseModel):
     retries: int = Field(description="counted retries used (transient failures are not counted)")
     not_before: datetime | None = Field(description="a retrying job waits until then")
     spec: JobSpec
+    tags: list[str] = Field(default=[], description="the owner's labels (PUT /api/v1/jobs/{id}/tags)")
     pending: PendingView | None = Field(
         default=None, description="while PENDING, once the scheduler has considered it: why it waits"
     )
@@ -87,6 +88,7 @@ class JobView(BaseModel):
             retries=job["retries"],
             not_before=job["not_before"],
             spec=JobSpec.model_validate(job["spec"]),
+            tags=list(job.get("tags") or []),
             pending=PendingView(
                 reason=job["pending_reason"],
                 detail=job["pending_detail"],
@@ -102,6 +104,13 @@ class JobView(BaseModel):
 
 class JobList(BaseModel):
     items: list[JobView]
+    next_cursor: str | None = Field(
+        default=None, description="give it as cursor for the next (older) page; null on the last"
+    )
+
+
+class AttemptList(BaseModel):
+    items: list[AttemptView]
 
 
 class DryRunView(DryRunAnswer):

@@ -131,6 +131,19 @@ CREATE TABLE api.groups (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     created_by text NOT NULL
 );
+CREATE TABLE api.idempotency_keys (
+    username text NOT NULL,
+    key text NOT NULL,
+    request_sha256 text NOT NULL,
+    job_id text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+CREATE TABLE api.job_secrets (
+    job_id text NOT NULL,
+    name text NOT NULL,
+    value text NOT NULL,
+    CONSTRAINT job_secrets_name_check CHECK ((name ~ '^CORRAL_SECRET_[A-Z0-9_]+$'::text))
+);
 CREATE TABLE api.jobs (
     id text NOT NULL,
     name text NOT NULL,
@@ -151,6 +164,7 @@ CREATE TABLE api.jobs (
     retries integer DEFAULT 0 NOT NULL,
     not_before timestamp with time zone,
     traceparent text,
+    tags text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELLED'::text])))
 );
 CREATE TABLE api.tokens (
@@ -520,6 +534,10 @@ ALTER TABLE ONLY api.group_members
     ADD CONSTRAINT group_members_pkey PRIMARY KEY (group_name, username);
 ALTER TABLE ONLY api.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (name);
+ALTER TABLE ONLY api.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (username, key);
+ALTER TABLE ONLY api.job_secrets
+    ADD CONSTRAINT job_secrets_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
@@ -582,8 +600,11 @@ CREATE INDEX silences_active ON alerter.silences USING btree (ends_at);
 CREATE INDEX audit_log_by_target ON api.audit_log USING btree (target, id) WHERE (target IS NOT NULL);
 CREATE INDEX audit_log_by_user ON api.audit_log USING btree (username, id);
 CREATE INDEX group_members_by_user ON api.group_members USING btree (username);
+CREATE INDEX idempotency_keys_created ON api.idempotency_keys USING btree (created_at);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
+CREATE INDEX jobs_tags ON api.jobs USING gin (tags);
+CREATE INDEX jobs_user_created ON api.jobs USING btree (username, created_at DESC, id DESC);
 CREATE INDEX tokens_by_user ON api.tokens USING btree (username);
 CREATE INDEX webhook_attempts_of ON api.webhook_attempts USING btree (delivery_id, id);
 CREATE INDEX webhook_deliveries_due ON api.webhook_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);
@@ -608,6 +629,10 @@ ALTER TABLE ONLY api.group_members
     ADD CONSTRAINT group_members_group_name_fkey FOREIGN KEY (group_name) REFERENCES api.groups(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.group_members
     ADD CONSTRAINT group_members_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+ALTER TABLE ONLY api.job_secrets
+    ADD CONSTRAINT job_secrets_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id) ON DELETE CASCADE;
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_attempts

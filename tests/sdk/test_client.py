@@ -28,7 +28,8 @@ async def test_the_sync_client_submits_reads_lists_and_cancels_jobs(api: Api, tm
             assert second.name == "from-yaml"
             page = corral.list_jobs(limit=1)
             assert [j.id for j in page.items] == [second.id]  # newest first
-            assert page.next_cursor is None
+            assert page.next_cursor is not None  # the API pages with a keyset cursor
+            assert [j.id for j in corral.list_jobs(limit=1, cursor=page.next_cursor).items] == [first.id]
             assert [j.id for j in corral.iter_jobs()] == [second.id, first.id]
             assert [j.id for j in corral.list_jobs(state="PENDING").items] == [second.id, first.id]
             assert corral.why_pending(first.id) is None  # no scheduler has looked at it

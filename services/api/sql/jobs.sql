@@ -1,27 +1,37 @@
 -- name: insert_job
-INSERT INTO api.jobs (id, name, username, virtual_cluster, priority, spec, total_gpus, state, traceparent)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8)
+INSERT INTO api.jobs (id, name, username, virtual_cluster, priority, spec, total_gpus, state, traceparent, tags)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'PENDING', $8, COALESCE($9::text[], '{}'))
 RETURNING id, name, username, virtual_cluster, priority, spec, state, version, generation,
-          exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before;
+          exit_code, reason, created_at, updated_at, finished_at, cancel_requested_at, retries, not_before,
+          tags;
 
 -- name: get_job
 -- With why it waits, when it is pending (the scheduler's last word: scheduler.pending_status).
 SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
        exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
-       p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
+       tags, p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
        p.since AS pending_since, p.estimated_start AS pending_estimated_start
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
 WHERE j.id = $1;
 
 -- name: list_jobs
+-- Newest first, filtered; $8/$9 is the keyset cursor (created_at, id of the last row of
+-- the previous page). $3 is the owner for a user's list (admins: any, or the filter).
 SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
        exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
-       p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
+       tags, p.reason AS pending_reason, p.detail AS pending_detail, p.position AS pending_position,
        p.since AS pending_since, p.estimated_start AS pending_estimated_start
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
-WHERE ($1::text IS NULL OR state = $1)
-ORDER BY created_at DESC, id DESC
-LIMIT $2;
+WHERE ($1::text[] IS NULL OR j.state = ANY ($1))
+  AND ($2::text IS NULL OR j.virtual_cluster = $2)
+  AND ($3::text IS NULL OR j.username = $3)
+  AND ($4::text IS NULL OR j.name = $4)
+  AND ($5::text[] IS NULL OR j.tags @> $5)
+  AND ($6::timestamptz IS NULL OR j.created_at >= $6)
+  AND ($7::timestamptz IS NULL OR j.created_at < $7)
+  AND ($8::timestamptz IS NULL OR (j.created_at, j.id) < ($8, $9::text))
+ORDER BY j.created_at DESC, j.id DESC
+LIMIT $10;
 
 -- name: attempts_of_job
 SELECT id, generation, task_role, task_index, attempt_no, node_id, host, ports, gpu_indices, state,
@@ -51,3 +61,37 @@ WHERE id = $1 AND cancel_requested_at IS NULL;
 
 -- name: attempt_state
 SELECT state FROM launcher.attempts WHERE id = $1;
+
+-- name: claim_idempotency_key
+-- The key for this request, unless a live one holds it (then nothing is returned and the
+-- caller reads it). An expired row is taken over. A concurrent claim of the same key
+-- waits here until the first commits or rolls back.
+INSERT INTO api.idempotency_keys (username, key, request_sha256, job_id)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (username, key) DO UPDATE
+SET request_sha256 = EXCLUDED.request_sha256, job_id = EXCLUDED.job_id, created_at = now()
+WHERE api.idempotency_keys.created_at < now() - make_interval(secs => $5)
+RETURNING job_id;
+
+-- name: idempotency_key
+SELECT request_sha256, job_id FROM api.idempotency_keys WHERE username = $1 AND key = $2;
+
+-- name: sweep_idempotency_keys
+-- A bounded batch of expired keys; every keyed submit sweeps one.
+DELETE FROM api.idempotency_keys WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM api.idempotency_keys
+    WHERE created_at < now() - make_interval(secs => $1) LIMIT 100));
+
+-- name: insert_job_secrets
+INSERT INTO api.job_secrets (job_id, name, value)
+SELECT $1, name, value FROM unnest($2::text[], $3::text[]) AS s (name, value);
+
+-- name: copy_job_secrets
+INSERT INTO api.job_secrets (job_id, name, value)
+SELECT $2, name, value FROM api.job_secrets WHERE job_id = $1;
+
+-- name: set_job_tags
+UPDATE api.jobs SET tags = $2 WHERE id = $1 RETURNING tags;
+
+-- name: job_tags
+SELECT tags FROM api.jobs WHERE id = $1;

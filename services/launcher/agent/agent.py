@@ -173,6 +173,7 @@ class NodeAgent:
             attempt_no=row["attempt_no"],
             gpu_indices=list(row["gpu_indices"]),
             peers=peers,
+            secrets=row["secrets"],
         )
         command = next(r.command for r in spec.tasks if r.name == role)
         cwd = self._work_dir / task.job_id

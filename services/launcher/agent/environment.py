@@ -83,15 +83,19 @@ def task_environment(
     gpu_indices: list[int],
     peers: list[Peer],
     inherit_host: bool = True,
+    secrets: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """``inherit_host``: start from the allow-list of this process's variables (a task run
-    on this host); a container (Kubernetes) keeps its image's own instead."""
+    on this host); a container (Kubernetes) keeps its image's own instead. ``secrets``:
+    an OpenPAI job's ``CORRAL_SECRET_*`` variables, which its stored command refers to
+    (the values live in ``api.job_secrets`` only, never in the spec: services/api/openpai.py)."""
     task_role = next(r for r in spec.tasks if r.name == role)
     env: dict[str, str] = {}
     if inherit_host:
         env = {name: os.environ[name] for name in _INHERITED if name in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(task_role.env)
+    env.update(secrets or {})
     env.update(distributed_environment(spec, role, task_index, peers))
     env.update(
         {

@@ -224,6 +224,7 @@ def _launch(row: dict[str, Any], node_id: str, peers: list[Peer]) -> TaskLaunch:
         gpu_indices=gpu_indices,
         peers=peers,
         inherit_host=False,
+        secrets=row["secrets"],
     )
     me = next((p for p in peers if (p.role, p.index) == (role, index)), None)
     return TaskLaunch(

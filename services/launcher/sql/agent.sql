@@ -10,7 +10,10 @@ WHERE a.id = $1 AND a.node_id = $2 AND a.state = 'ASSIGNED' AND a.stop_requested
   AND j.id = a.job_id AND j.generation = a.generation AND j.state IN ('SCHEDULED', 'RUNNING')
   AND j.cancel_requested_at IS NULL
 RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no, a.gpu_indices, j.spec,
-          j.traceparent;
+          j.traceparent,
+          -- An OpenPAI job's secrets (variable -> value), for the task's environment only.
+          (SELECT COALESCE(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
+           FROM api.job_secrets s WHERE s.job_id = j.id) AS secrets;
 
 -- name: peers_of_generation
 SELECT task_role, task_index, node_id, host, ports FROM launcher.attempts
