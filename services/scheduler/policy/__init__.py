@@ -1,8 +1,12 @@
-"""Scheduling policies as plain code over an in-memory cluster snapshot.
+"""Scheduling policies as plain code over an in-memory cluster snapshot, for the
+trace-driven simulator (`bench/simulate.py`): they take the pending and running jobs and
+a `Cluster` and return a `Round` of starts and preemptions, with no I/O and no clock of
+their own.
 
-The same policy objects run in the live scheduler and in the trace-driven simulator
-(`bench/simulate.py`): they take the pending and running jobs and a `Cluster` and return a
-`Round` of starts and preemptions, with no I/O and no clock of their own.
+Not (yet) what the live scheduler runs: that is `services/scheduler/planner.py` (quotas,
+borrowing, priority, fair share, backfill), which shares the ideas of `corral.py` but
+not its code — least attained service and the starvation guard are simulated here only
+(services/scheduler/README.md, "Known gap").
 
 - cluster.py — nodes x GPUs and best-fit gang placement (fewest nodes, whole nodes for
   big gangs).
