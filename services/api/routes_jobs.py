@@ -274,5 +274,5 @@ async def list_job_events(
     if hub is None:
         raise TransientError("this API serves no events (no message bus); try again later")
     nodes = sorted({a["node_id"] for a in await repo.attempts_of_job(job_id)})
-    events = await job_history(hub.js, job_id, job["created_at"], nodes, limit)
-    return JobEvents(items=events, truncated=len(events) >= limit)
+    events = await job_history(hub.js, job_id, job["created_at"], nodes, limit + 1)
+    return JobEvents(items=events[:limit], truncated=len(events) > limit)
