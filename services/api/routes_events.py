@@ -106,15 +106,19 @@ async def sse(
                             yield frame(event, cursor)
                 cursor = cursor.advanced(stream, until)
             while True:
-                live = await subscriber.next(keepalive_s)
+                batch = await subscriber.next_batch(keepalive_s)
                 if subscriber.overflowed:
                     break
-                if live is None:
+                if not batch:
                     yield b": keep-alive\n\n"
                     continue
-                if live.seq <= cursor.positions[live.stream]:
-                    continue  # already sent during the catch-up
-                cursor = cursor.advanced(live.stream, live.seq)
-                yield frame(live, cursor)
+                frames = []
+                for live in batch:
+                    if live.seq <= cursor.positions[live.stream]:
+                        continue  # already sent during the catch-up
+                    cursor = cursor.advanced(live.stream, live.seq)
+                    frames.append(frame(live, cursor))
+                if frames:
+                    yield b"".join(frames)  # one write for all that queued up
         finally:
             hub.unregister(subscriber)
