@@ -38,6 +38,7 @@ async def serve(settings: Settings) -> None:
             runner = KubernetesRunner(
                 res.db,
                 driver,
+                log_dir=settings.log_dir,  # shared with the API (deploy/k8s/base/logs.yaml)
                 node_pattern=settings.kubernetes.node_pattern,
                 stop_grace_s=settings.agent.stop_grace_s,
             )

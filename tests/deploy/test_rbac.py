@@ -2,7 +2,9 @@
 
 The verbs are derived from the driver's source, not restated: every ``CoreV1Api``
 method it calls (``create_namespaced_pod`` → create pods, ``read_namespaced_pod_log`` →
-get pods/log, ``list_namespaced_pod(..., watch=True)`` → watch pods...). A new call
+get pods/log, ``list_namespaced_pod(..., watch=True)`` → watch pods...), and every
+request it makes through ``ApiClient.call_api`` by path and HTTP method (``GET
+.../pods/{name}/log`` → get pods/log), as the API server authorises them. A new call
 without its rule fails here, and so does a rule no call needs.
 """
 
@@ -44,6 +46,21 @@ SUBRESOURCES = {
 
 Grant = tuple[str, str]  # (resource, verb), in the core API group
 
+# A raw request's path in the core group, in one namespace: the resource, perhaps an
+# object of it, perhaps a subresource of that object.
+CORE_PATH = re.compile(
+    r"^/api/v1/namespaces/\{namespace\}/(?P<resource>[a-z]+)(?:/\{name\}(?:/(?P<sub>[a-z]+))?)?$"
+)
+HTTP_VERBS = {  # (method, names one object) -> verb
+    ("GET", True): "get",
+    ("GET", False): "list",
+    ("POST", False): "create",
+    ("PUT", True): "update",
+    ("PATCH", True): "patch",
+    ("DELETE", True): "delete",
+    ("DELETE", False): "deletecollection",
+}
+
 
 def resource_of(what: str) -> str:
     """``pod`` → ``pods``; ``pod_log`` → ``pods/log``; ``persistent_volume_claim`` → ..."""
@@ -52,6 +69,24 @@ def resource_of(what: str) -> str:
         return f"{resource_of(head)}/{tail}"
     plural = what.replace("_", "")
     return plural if plural.endswith("s") else plural + "s"
+
+
+def _literal(node: ast.expr | None, what: str, where: str) -> str:
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+        raise AssertionError(f"{where}: call_api's {what} is not a literal: teach this test to read it")
+    return node.value
+
+
+def grant_requested(call: ast.Call, where: str) -> Grant:
+    """What ``api_client.call_api(path, method, ...)`` needs, from its literal arguments."""
+    path = _literal(call.args[0] if call.args else None, "path", where)
+    method = _literal(call.args[1] if len(call.args) > 1 else None, "method", where)
+    match = CORE_PATH.match(path)
+    assert match, f"{where} requests {path}: teach this test that path"
+    resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
+    watching = any(k.arg == "query_params" and "watch" in ast.unparse(k.value) for k in call.keywords)
+    verb = HTTP_VERBS[(method.upper(), "{name}" in path)]
+    return resource, "watch" if watching and verb == "list" else verb
 
 
 def grants_called(source: str, filename: str = "<source>") -> set[Grant]:
@@ -72,6 +107,9 @@ def grants_called(source: str, filename: str = "<source>") -> set[Grant]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         method = node.func.attr
+        if method == "call_api":
+            grants.add(grant_requested(node, f"{filename}:{node.lineno}"))
+            continue
         if method not in CORE_METHODS:
             continue
         match = NAMESPACED.match(method)
@@ -117,6 +155,9 @@ async def f(core: CoreV1Api) -> None:
     await core.delete_collection_namespaced_config_map("ns")
     await core.replace_namespaced_pod_status("p", "ns", {})
     await core.patch_namespaced_persistent_volume_claim("c", "ns", {})
+    await client.call_api("/api/v1/namespaces/{namespace}/pods/{name}/log", "GET", query_params=[])
+    await client.call_api("/api/v1/namespaces/{namespace}/events", "POST", body={})
+    await client.call_api("/api/v1/namespaces/{namespace}/secrets", "GET", query_params=[("watch", "1")])
     something.unrelated_call()
 """
     assert grants_called(source) == {
@@ -127,11 +168,19 @@ async def f(core: CoreV1Api) -> None:
         ("configmaps", "deletecollection"),
         ("pods/status", "update"),
         ("persistentvolumeclaims", "patch"),
+        ("events", "create"),
+        ("secrets", "watch"),
     }
 
 
 def test_the_driver_calls_what_its_docstring_says() -> None:
     # Guards the scan itself: these calls are in services/launcher/kubernetes/api.py.
+    (follower,) = [
+        node
+        for node in ast.walk(ast.parse((DRIVER / "api.py").read_text()))
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "follow_pod_log"
+    ]
+    assert grants_called(ast.unparse(follower)) == {("pods/log", "get")}  # through call_api
     assert {
         ("pods", "create"),
         ("pods", "watch"),

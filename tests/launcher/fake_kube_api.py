@@ -14,8 +14,13 @@ kubernetes-asyncio client talks to it), only the calls the driver makes, and hon
   ``deletionTimestamp`` and stays until the test plays the kubelet (``finish_deletion``);
 - deleting a Service with background propagation deletes the pods it owns (garbage
   collection by owner uid), at once;
-- pod logs, plain text, ``follow`` streaming until the pod finishes; 400 while the
-  container has not started.
+- pod logs, plain text, as the kubelet serves them: ``follow`` streams until the pod
+  finishes (or is removed); ``timestamps`` prefixes each line with the time it was
+  written (RFC 3339, nanoseconds, trailing zeros dropped, as Go's ``RFC3339Nano``) and a
+  space, once per line even when the line came in pieces; ``sinceTime`` leaves out the
+  lines written before it; 400 while the container has not started. The test scripts
+  the output (``append_log``), and may stamp it with times of its choosing, equal ones
+  included, to show what a resumed stream must not repeat.
 
 There is no scheduler and no kubelet: the test scripts pod status (``set_status``) and
 the status builders below produce what a kubelet would write. No admission, no
@@ -29,7 +34,9 @@ import asyncio
 import contextlib
 import json
 import socket
+import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,6 +63,34 @@ def _status(code: int, reason: str, message: str) -> Object:
 
 def _error(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(_status(code, reason, message), status=code)
+
+
+def rfc3339_nano(nanos: int) -> str:
+    """Go's ``time.RFC3339Nano`` in UTC: the fraction without its trailing zeros."""
+    seconds, fraction = divmod(nanos, 1_000_000_000)
+    whole = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    digits = f"{fraction:09d}".rstrip("0")
+    return f"{whole}.{digits}Z" if digits else f"{whole}Z"
+
+
+def _parse_rfc3339(text: str) -> int:
+    head, _, fraction = text.rstrip("Z").partition(".")
+    seconds = int(datetime.fromisoformat(head + "+00:00").timestamp())
+    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
+
+
+@dataclass
+class LogLine:
+    """One line of a container's log, as the kubelet keeps it: the time it was written,
+    and its bytes (the last line may still lack its newline)."""
+
+    nanos: int
+    data: bytearray
+
+    def render(self, timestamps: bool, start: int = 0) -> bytes:
+        """From byte ``start`` of the line; the timestamp goes before its first byte."""
+        prefix = f"{rfc3339_nano(self.nanos)} ".encode() if timestamps and start == 0 else b""
+        return prefix + bytes(self.data[start:])
 
 
 def matches(selector: str, labels: dict[str, str]) -> bool:
@@ -100,7 +135,10 @@ class FakeKubeApi:
     def __init__(self) -> None:
         self.pods: dict[str, Object] = {}
         self.services: dict[str, Object] = {}
-        self.logs: dict[str, bytearray] = {}
+        self.logs: dict[str, list[LogLine]] = {}
+        self.log_requests: list[dict[str, str]] = []  # the query of each log request
+        self._logs_flowing = asyncio.Event()  # cleared by hold_logs
+        self._logs_flowing.set()
         self.calls: list[tuple[str, str, dict[str, str]]] = []  # (method, path, query) of each request
         self.deletions: list[tuple[str, str, int | None]] = []  # (kind, name, grace)
         self._version = 0
@@ -138,6 +176,7 @@ class FakeKubeApi:
 
     async def close(self) -> None:
         self._closing = True
+        self._logs_flowing.set()
         self._notify()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -165,9 +204,28 @@ class FakeKubeApi:
         pod["status"] = {**status}
         self._stamp("MODIFIED", pod)
 
-    def append_log(self, name: str, data: bytes) -> None:
-        self.logs.setdefault(name, bytearray()).extend(data)
+    def append_log(self, name: str, data: bytes, at: int | None = None) -> None:
+        """The container writes ``data``: each new line stamped ``at`` (nanoseconds since
+        the epoch; default now). A line left without its newline goes on with ``data``."""
+        lines = self.logs.setdefault(name, [])
+        nanos = time.time_ns() if at is None else at
+        for piece in data.splitlines(keepends=True):
+            if lines and not lines[-1].data.endswith(b"\n"):
+                lines[-1].data += piece
+            else:
+                lines.append(LogLine(nanos, bytearray(piece)))
         self._notify()
+
+    def hold_logs(self) -> None:
+        """Play a kubelet slow to pass output on: followed logs send nothing new (nor
+        end) until ``release_logs``. (A real one notices a container's end seconds late.)"""
+        self._logs_flowing.clear()
+
+    def release_logs(self) -> None:
+        self._logs_flowing.set()
+
+    def log_text(self, name: str) -> bytes:
+        return b"".join(line.render(False) for line in self.logs.get(name, []))
 
     def remove_pod(self, name: str) -> None:
         """The object goes away (kubelet's final delete, GC, or someone's ``kubectl delete``)."""
@@ -304,26 +362,48 @@ class FakeKubeApi:
         if not any(key in states[0].get("state", {}) for key in ("running", "terminated")):
             message = f'container "task" in pod "{name}" is waiting to start: ContainerCreating'
             return _error(400, "BadRequest", message)
+        self.log_requests.append(dict(request.query))
         follow = request.query.get("follow", "").lower() in ("true", "1")
+        timestamps = request.query.get("timestamps", "").lower() in ("true", "1")
+        since = request.query.get("sinceTime")
+        since_nanos = _parse_rfc3339(since) if since else None
         if not follow:
-            return web.Response(body=bytes(self.logs.get(name, b"")), content_type="text/plain")
+            lines = [
+                line for line in self.logs.get(name, []) if since_nanos is None or line.nanos >= since_nanos
+            ]
+            body = b"".join(line.render(timestamps) for line in lines)
+            return web.Response(body=body, content_type="text/plain")
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the reader went away
-            await self._follow_log(name, response)
+            await self._follow_log(name, response, timestamps, since_nanos)
         return response
 
-    async def _follow_log(self, name: str, response: web.StreamResponse) -> None:
-        sent = 0
+    async def _follow_log(
+        self, name: str, response: web.StreamResponse, timestamps: bool, since_nanos: int | None
+    ) -> None:
+        index, offset = 0, 0  # the line being sent, and how much of it was
         while not self._closing:
-            data = bytes(self.logs.get(name, b""))
-            if len(data) > sent:
-                await response.write(data[sent:])
-                sent = len(data)
+            await self._logs_flowing.wait()
+            changed = self._changed  # taken first: a change while writing is not missed
+            lines = self.logs.get(name, [])
+            out = bytearray()
+            while index < len(lines):
+                line = lines[index]
+                if since_nanos is not None and line.nanos < since_nanos:
+                    index += 1
+                    continue
+                out += line.render(timestamps, offset) if offset < len(line.data) else b""
+                offset = len(line.data)
+                if not line.data.endswith(b"\n"):
+                    break  # it may go on: send the rest when it does
+                index, offset = index + 1, 0
+            if out:
+                await response.write(bytes(out))
             current = self.pods.get(name)
             if current is None or current.get("status", {}).get("phase") in TERMINAL:
                 break
-            await self._changed.wait()
+            await changed.wait()
 
     # -- services -----------------------------------------------------------------
 

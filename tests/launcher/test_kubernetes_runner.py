@@ -33,11 +33,12 @@ SETTINGS = KubernetesSettings(namespace="corral", retry_delay_s=0.05, default_im
 
 
 @pytest.fixture
-async def runner(db: Database, kube: FakeKubeApi) -> AsyncIterator[KubernetesRunner]:
-    async with ApiClient(Configuration(host=kube.url)) as client:
-        runner = KubernetesRunner(
-            db, KubernetesDriver(client, SETTINGS), node_pattern="^k8s-", stop_grace_s=5
-        )
+async def runner(db: Database, kube: FakeKubeApi, tmp_path: Path) -> AsyncIterator[KubernetesRunner]:
+    async with (
+        ApiClient(Configuration(host=kube.url)) as client,
+        KubernetesDriver(client, SETTINGS) as driver,
+    ):
+        runner = KubernetesRunner(db, driver, log_dir=tmp_path / "logs", node_pattern="^k8s-", stop_grace_s=5)
         await attempts.known_nodes(db, NODE, "local")  # only one is Kubernetes'
         await runner.hold_leases(15)
         yield runner
@@ -215,8 +216,13 @@ async def test_the_launcher_service_runs_tasks_as_pods_when_told_to(
             return name in kube.pods
 
         await until(has_pod, "the pod")
+        kube.append_log(name, b"hello from the pod\n")
         kube.set_status(name, terminated(0, "Completed"))
         await until(lambda: _state_is(db, attempt_id, "EXITED"), "the reported end")
+        # Its log is in the attempt's file under CORRAL_HOME/logs, where the API reads it.
+        log_path = await db.fetchval("SELECT log_path FROM launcher.attempts WHERE id = $1", attempt_id)
+        assert Path(log_path).is_relative_to(tmp_path / "logs")
+        assert await asyncio.to_thread(Path(log_path).read_bytes) == b"hello from the pod\n"
         holder = await db.fetchval("SELECT epoch FROM launcher.agents WHERE node_id = $1", NODE)
         assert holder is not None  # the launcher holds the Kubernetes node's lease
         assert await db.fetchval("SELECT count(*) FROM launcher.agents WHERE node_id = 'local'") == 0

@@ -10,6 +10,7 @@ with the API server's own message, raised ``from`` nothing the caller must know 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -71,6 +72,7 @@ class KubeApi:
         # The generated stubs type bodies as models and results as loaded models; with
         # _preload_content=False both are plain JSON here, so the handle is untyped.
         self._core: Any = CoreV1Api(api_client)
+        self._client: Any = api_client
         self.namespace = namespace
 
     async def create_pod(self, body: Object) -> Object:
@@ -152,6 +154,48 @@ class KubeApi:
             if response.status >= 400:
                 raise _error(response.status, _decode(await response.read()))
             async for chunk in response.content.iter_any():
+                yield chunk
+        finally:
+            response.close()
+
+    async def follow_pod_log(
+        self, name: str, since_time: str | None, idle_s: float, chunk_bytes: int = 64 * 1024
+    ) -> AsyncGenerator[bytes, None]:
+        """The pod's output, every line prefixed by the kubelet's RFC 3339 timestamp and a
+        space, from ``since_time`` (whole seconds, as the API server forwards it) until
+        the container ends; ``b""`` after each ``idle_s`` without output, so the reader
+        can write out what it holds. Chunks of at most ``chunk_bytes``.
+
+        The same GET as ``read_namespaced_pod_log(name, ns, follow=True,
+        timestamps=True)``, made through ``ApiClient.call_api`` because the generated
+        method has no ``sinceTime`` (the API's OpenAPI document leaves it out), and the
+        relative ``sinceSeconds`` would depend on this machine's clock agreeing with the
+        node's."""
+        query: list[tuple[str, str]] = [("follow", "true"), ("timestamps", "true")]
+        if since_time:
+            query.append(("sinceTime", since_time))
+        response: aiohttp.ClientResponse = await self._client.call_api(
+            "/api/v1/namespaces/{namespace}/pods/{name}/log",
+            "GET",
+            path_params={"namespace": self.namespace, "name": name},
+            query_params=query,
+            header_params={"Accept": "text/plain"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
+        try:
+            if response.status >= 400:
+                raise _error(response.status, _decode(await response.read()))
+            while True:
+                try:
+                    async with asyncio.timeout(idle_s):
+                        # Cancelling a read that waits consumes nothing: no byte is lost.
+                        chunk = await response.content.read(chunk_bytes)
+                except TimeoutError:
+                    yield b""
+                    continue
+                if not chunk:
+                    return
                 yield chunk
         finally:
             response.close()

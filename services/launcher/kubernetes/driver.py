@@ -15,6 +15,9 @@ the API server, selected by label, so a restarted driver lists the pods and carr
   it list again. ``tracking.Tracker`` reports each change once across both paths.
   A pod that can never run (image pull failure, lost node) is deleted after its end is
   reported, so it does not keep the node's GPUs or come back to life.
+- ``follow_log`` streams a pod's timestamped log for ``pod_logs.PodLogs``, over a client
+  of its own: a thousand long-lived log streams never take the connections that the
+  watch, the creations and the deletions need.
 - ``reconcile`` lists the labelled pods, deletes running ones nobody expects, and
   deletes the Services of jobs nothing is expected of once their pods have been
   finished for ``keep_finished_s`` (the pods and their logs go with them).
@@ -26,12 +29,14 @@ run concurrently with it and each other (they only call the API and touch a set)
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import math
 import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, suppress
 from datetime import UTC, datetime
+from typing import Literal
 
 import aiohttp
 from kubernetes_asyncio import config
@@ -98,8 +103,12 @@ class KubernetesDriver:
         self._job_owner = job_owner
         self._tracker = Tracker()
         self._stopping: set[str] = set()
+        self._log_client: ApiClient | None = None  # made on the first followed log
+        self._log_api: KubeApi | None = None
 
     async def close(self) -> None:
+        if self._log_client is not None:
+            await self._log_client.close()
         if self._owns_client:
             await self._client.close()
 
@@ -232,6 +241,25 @@ class KubernetesDriver:
             if is_terminal(pod):
                 return
             await asyncio.sleep(self.settings.log_wait_interval_s)
+
+    def follow_log(
+        self, attempt_id: str, since_time: str | None, idle_s: float
+    ) -> AsyncGenerator[bytes, None]:
+        """The pod's timestamped log from ``since_time`` (``KubeApi.follow_pod_log``)."""
+        if self._log_api is None:
+            configuration = copy.copy(self._client.configuration)  # same server, same credentials
+            configuration.connection_pool_maxsize = self.settings.log_streams
+            self._log_client = ApiClient(configuration)
+            self._log_api = KubeApi(self._log_client, self.settings.namespace)
+        return self._log_api.follow_pod_log(pod_name(attempt_id), since_time, idle_s)
+
+    async def pod_phase(self, attempt_id: str) -> Literal["live", "ended", "gone"]:
+        """Whether the attempt's pod may still write to its log."""
+        try:
+            pod = await self._api.read_pod(pod_name(attempt_id))
+        except NotFound:
+            return "gone"
+        return "ended" if is_terminal(pod) else "live"
 
     # -- reconcile ------------------------------------------------------------------
 

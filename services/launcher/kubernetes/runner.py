@@ -18,12 +18,22 @@ here too, through the very same queries:
   how it ended (EXITED or LOST, ``task.exited``), classified by the same exit-code table
   with the conditions only the cluster sees (``oom_killed``, ``evicted``,
   ``image_pull_failed``, ``node_lost``...) and the tail of the pod's log.
+- **Logs**: each running pod's log is appended to its attempt's log file, the node
+  agent's layout under ``CORRAL_AGENT_LOG_DIR``, recorded as ``log_path`` when the pod
+  runs, so the API serves and follows it unchanged and it outlives the pod
+  (``pod_logs.py``). An attempt's end is recorded once its log has been read to the end,
+  so a client following it gets the last lines. After a restart, the watch's first
+  list finds the running pods again and their followers resume where the files end.
 - **Reconcile**: periodically, the live attempts of its nodes against the pods: pods
   nobody expects are deleted, assignments not yet started are started, and attempts
   that should run but whose pod is gone are reported lost (and so retried).
 
-Not here: task logs through Corral's API (they are the pods' logs: ``kubectl logs``),
-and GPU indices (the device plugin picks the GPUs; ``CUDA_VISIBLE_DEVICES`` counts them).
+Not here: GPU indices (the device plugin picks the GPUs; ``CUDA_VISIBLE_DEVICES`` counts
+them).
+
+Concurrency: ``follow`` is a root task; its task group holds the log followers (one per
+running pod) and the reports of ended pods waiting for their logs, so the watch never
+waits on a log.
 """
 
 from __future__ import annotations
@@ -32,12 +42,14 @@ import asyncio
 import logging
 import re
 from contextlib import aclosing
+from pathlib import Path
 from typing import Any
 
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
-from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify
+from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify, read_log_tail
 from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriverError
+from services.launcher.kubernetes.pod_logs import PodLogs
 from services.launcher.reporting import record_end, record_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
@@ -51,10 +63,19 @@ SOURCE = "corral/kubernetes-runner"
 
 class KubernetesRunner:
     def __init__(
-        self, db: Database, driver: KubernetesDriver, *, node_pattern: str = ".*", stop_grace_s: float = 30.0
+        self,
+        db: Database,
+        driver: KubernetesDriver,
+        *,
+        log_dir: Path,
+        node_pattern: str = ".*",
+        stop_grace_s: float = 30.0,
     ) -> None:
         self._db = db
         self._driver = driver
+        self._log_dir = log_dir
+        self._logs = PodLogs(driver)
+        self._tg: asyncio.TaskGroup | None = None  # follow's: the log followers run there
         self._node_pattern = node_pattern
         re.compile(node_pattern)  # a bad pattern fails the start, not every lease renewal
         self._grace_s = stop_grace_s
@@ -114,10 +135,21 @@ class KubernetesRunner:
     # --- what the pods say -----------------------------------------------------------
 
     async def follow(self) -> None:
-        """Report every change the driver's watch sees (a root task: runs forever)."""
-        async with aclosing(self._driver.watch()) as changes:
+        """Report every change the driver's watch sees, and follow the running pods'
+        logs (a root task: runs forever)."""
+        async with asyncio.TaskGroup() as tg, aclosing(self._driver.watch()) as changes:
+            self._tg = tg
             async for observed in changes:
-                await self._until_recorded(observed)
+                if observed.ended is not None and self._logs.following(observed.attempt_id):
+                    tg.create_task(self._after_log(observed), name=f"end of {observed.attempt_id}")
+                else:
+                    await self._until_recorded(observed)
+
+    async def _after_log(self, observed: TaskObserved) -> None:
+        """Record a pod's end once its log is in the file: a client following the log
+        stops at the attempt's end, and must have had every line by then."""
+        await self._logs.drained(observed.attempt_id, self._driver.settings.log_drain_timeout_s)
+        await self._until_recorded(observed)
 
     async def _until_recorded(self, observed: TaskObserved) -> None:
         while True:  # an outcome must not be lost while Postgres is away
@@ -137,7 +169,14 @@ class KubernetesRunner:
             row = await conn.fetchrow(SQL.attempt_for_report, attempt_id)
             if row is None or row["node_id"] not in self.epochs:
                 return
-            if await conn.fetchval(SQL.mark_attempt_running, attempt_id, row["node_id"], None, None, None):
+            path = self._log_path(row)
+            if row["state"] in ("STARTING", "RUNNING") and self._tg is not None:
+                # Also after a restart (RUNNING already): the follower resumes the file.
+                self._logs.follow(self._tg, attempt_id, path)
+            marked = await conn.fetchval(
+                SQL.mark_attempt_running, attempt_id, row["node_id"], None, None, str(path)
+            )
+            if marked:
                 await record_started(
                     conn,
                     SOURCE,
@@ -147,6 +186,13 @@ class KubernetesRunner:
                     pid=None,
                 )
 
+    def _log_path(self, row: Any) -> Path:
+        """The attempt's log file: where it was recorded, else the node agent's layout."""
+        if row["log_path"]:
+            return Path(row["log_path"])
+        job, task = str(row["job_id"]), f"{row['task_role']}-{row['task_index']}"
+        return self._log_dir / job / task / f"attempt-{row['attempt_no']}.log"
+
     async def _report(self, attempt_id: str, ended: TaskEnded) -> None:
         row = await self._db.fetchrow(SQL.attempt_for_report, attempt_id)
         if row is None or row["node_id"] not in self.epochs or row["state"] not in ("STARTING", "RUNNING"):
@@ -155,8 +201,9 @@ class KubernetesRunner:
         # A pod the platform stopped (preempted, its GPU lost) ends like any deleted pod;
         # what the pod's status says comes first, then why the platform stopped it.
         platform = ended.platform or row["stop_platform"]
+        tail = await self._log_tail(attempt_id, row["log_path"])
         verdict = classify(
-            TaskEnd(ended.exit_code, ended.signal, platform, await self._log_tail(attempt_id)),
+            TaskEnd(ended.exit_code, ended.signal, platform, tail),
             spec.retry.rules,
         )
         reason = ended.reason or verdict.reason
@@ -177,9 +224,14 @@ class KubernetesRunner:
             )
         if job_id is not None:
             log.info("attempt %s ended: %s (%s)", attempt_id, reason, verdict.classification)
+        if row["log_path"]:
+            await self._logs.settle(attempt_id, Path(row["log_path"]))
 
-    async def _log_tail(self, attempt_id: str) -> str:
-        """The end of the pod's log, for the exit-code table's log rules ('' if none)."""
+    async def _log_tail(self, attempt_id: str, log_path: str | None) -> str:
+        """The end of the pod's log, for the exit-code table's log rules ('' if none):
+        from its file when it has one, else from the API server."""
+        if log_path:
+            return await asyncio.to_thread(read_log_tail, Path(log_path))
         tail = b""
         try:
             async with aclosing(await self._driver.logs(attempt_id, follow=False)) as chunks:  # type: ignore[type-var]

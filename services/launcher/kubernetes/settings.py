@@ -37,6 +37,14 @@ class KubernetesSettings(BaseSettings):
     retry_delay_s: float = Field(default=1.0, ge=0)
     # How often logs(follow=True) looks again at a pod whose container has not started.
     log_wait_interval_s: float = Field(default=1.0, gt=0)
+    # Pods' logs are appended to the attempts' log files (pod_logs.py): at most this many
+    # followed at once, over a connection pool of their own (a pod beyond it waits for a
+    # stream, and then resumes where its file ends); what a follower holds is written
+    # out this often, and when the end of an attempt is recorded, its log has been read
+    # to the end, or this long has passed since the pod ended.
+    log_streams: int = Field(default=1000, ge=1)
+    log_flush_interval_s: float = Field(default=0.5, gt=0)
+    log_drain_timeout_s: float = Field(default=30.0, ge=0)
     # A finished job's Service (and, through owner references, its pods and their logs)
     # is deleted by reconcile once its newest pod has been finished this long.
     keep_finished_s: float = Field(default=3600.0, ge=0)
