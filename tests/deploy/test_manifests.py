@@ -29,6 +29,7 @@ from services.launcher.drivers import TaskLaunch
 from services.launcher.kubernetes.manifests import pod_manifest
 from services.launcher.kubernetes.settings import KubernetesSettings
 from shared.service import Health, health_routes
+from tests.deploy.dockerfile import lineage, stage
 from tests.deploy.render import (
     DEPLOY,
     KUBERNETES_VERSIONS,
@@ -389,6 +390,47 @@ def test_every_container_settings_are_accepted_by_its_service(
             if service_of(container) in ("agent", "exporter"):
                 group = settings.agent if service_of(container) == "agent" else settings.exporter
                 assert group.node_id == PLACEHOLDERS["spec.nodeName"]  # the Kubernetes node name
+
+
+def volume_mount(pod: Obj, container: Obj, claim: str) -> Obj:
+    """The container's mount of the PersistentVolumeClaim ``claim``."""
+    (volume,) = [
+        v["name"] for v in pod["volumes"] if v.get("persistentVolumeClaim", {}).get("claimName") == claim
+    ]
+    mounts: list[Obj] = [m for m in container["volumeMounts"] if m["name"] == volume]
+    assert len(mounts) == 1, f"{container['name']} mounts {claim} {len(mounts)} times"
+    return mounts[0]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_api_reads_task_logs_where_the_launcher_writes_them(
+    overlay: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods' logs: the launcher appends them under its log dir and records those paths;
+    every API replica opens the same paths, on the same volume."""
+    objects = render(overlay)
+    (claim,) = of_kind(objects, "PersistentVolumeClaim")
+    name = claim["metadata"]["name"]
+    launcher, api = (named(objects, "Deployment", f"corral-{s}") for s in ("launcher", "api"))
+    (writer,) = containers(launcher)
+    (reader,) = containers(api)
+    written = volume_mount(launcher["spec"]["template"]["spec"], writer, name)
+    read = volume_mount(api["spec"]["template"]["spec"], reader, name)
+    assert written["mountPath"] == read["mountPath"]
+    assert read.get("readOnly") is True
+    assert not written.get("readOnly")
+    # ... and that volume is where the launcher writes: its log dir, with the image's
+    # CORRAL_HOME and the container's settings.
+    image_env = [e for built in lineage(stage("runtime")) for e in built.all("ENV")]
+    (home,) = [m for e in image_env if (m := re.search(r"CORRAL_HOME=(\S+)", e))]
+    for variable in [n for n in os.environ if n.startswith("CORRAL_")]:
+        monkeypatch.delenv(variable)
+    for variable, value in {"CORRAL_HOME": home[1], **literal_env(objects, writer)}.items():
+        monkeypatch.setenv(variable, value)
+    assert str(settings_module("launcher").Settings().log_dir) == written["mountPath"]
+    # Several nodes read it (the API's replicas) while one writes, except on a laptop.
+    modes = ["ReadWriteOnce"] if overlay == "dev" else ["ReadWriteMany"]
+    assert claim["spec"]["accessModes"] == modes
 
 
 def test_production_settings() -> None:
