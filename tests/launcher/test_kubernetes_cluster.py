@@ -21,6 +21,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 
 from services.launcher.drivers import TaskLaunch, TaskObserved
 from services.launcher.kubernetes.driver import KubernetesDriver
+from services.launcher.kubernetes.log_files import Cursor, Splicer
 from services.launcher.kubernetes.settings import KubernetesSettings
 from shared.ids import new_attempt_id, new_job_id
 
@@ -85,6 +86,17 @@ async def test_a_task_runs_reports_its_exit_and_logs_and_is_cleaned_up(client: A
         assert ended.ended.exit_code == 3, ended.ended.reason
         output = b"".join([chunk async for chunk in await driver.logs(attempt, follow=True)])
         assert b"hello from main" in output
+        # What the runner follows into the attempt's file: the kubelet's timestamped lines,
+        # spliced to the same text, and nothing twice when resumed from where it ended.
+        splicer = Splicer(Cursor())
+        stamped = b"".join([chunk async for chunk in driver.follow_log(attempt, None, 1.0)])
+        assert (splicer.feed(stamped), splicer.unstamped) == (output, 0)
+        resumed = Splicer(splicer.cursor)
+        since = splicer.cursor.since()
+        assert (
+            resumed.feed(b"".join([chunk async for chunk in driver.follow_log(attempt, since, 1.0)])) == b""
+        )
     finally:
         await watch.aclose()
         assert await driver.reconcile(set()) == set()  # deletes the job's Service, and its pod
+        await driver.close()  # its log streams' own client
