@@ -19,7 +19,13 @@ from shared.service import run_service, service_resources
 async def serve(settings: Settings) -> None:
     async with service_resources("scheduler", settings.common) as res:
         leadership = Leadership(settings.common.database.url, settings.scheduler.leader_retry_s)
-        policy = PlanSettings(min_runtime_s=settings.scheduler.min_runtime_s)
+        scheduler = settings.scheduler
+        policy = PlanSettings(
+            min_runtime_s=scheduler.min_runtime_s,
+            preempt_for_service=scheduler.preempt_for_service,
+            starve_after_s=scheduler.starve_after_s,
+            reserve_after_s=scheduler.reserve_after_s,
+        )
         cycle = Cycle(leadership, settings.scheduler.cycle_interval_s, policy)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)

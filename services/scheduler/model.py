@@ -7,6 +7,8 @@ so the planner gives the same answer for the same snapshot.
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -58,6 +60,8 @@ class PendingJob:
     topology: Topology = "pack"
     max_runtime_s: float | None = None  # the user's limit: the only run time a policy may know
     traceparent: str | None = None  # the submit's trace, continued by the decision's event
+    attained_gpu_s: float = 0.0  # GPU-seconds its earlier attempts ran (Tiresias' attained service)
+    waited_s: float = 0.0  # how long it has been pending, all its waits together
     # Derived once: the planner reads them a few hundred thousand times a cycle, and a
     # cached_property (a lock and a dict lookup per read) cost seconds there.
     gpus: int = field(init=False, repr=False, compare=False)
@@ -82,6 +86,8 @@ class RunningJob:
     runtime_s: float = 0.0  # since it was placed
     max_runtime_s: float | None = None
     preempting: bool = False  # a preemption was already asked for: its GPUs are coming free
+    attained_gpu_s: float = 0.0  # GPU-seconds of all its runs, this one included
+    waited_s: float = 0.0  # how long it was pending before this run, all its waits together
     gpus: int = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
 
     def __post_init__(self) -> None:
@@ -156,6 +162,13 @@ class Plan:
     waiting: list[Waiting] = field(default_factory=list)
 
 
+# The live service's starvation guard and reservation delay (SchedulerSettings), which the
+# simulator's ``live`` policy uses too; PlanSettings' own defaults are the plain mechanisms
+# (no guard, EASY reservations at once) that the planner's unit tests describe.
+LIVE_STARVE_AFTER_S = 2 * 86400.0
+LIVE_RESERVE_AFTER_S = 2 * 86400.0
+
+
 @dataclass(frozen=True)
 class PlanSettings:
     # A job runs at least this long before it may be preempted for priority (not for reclaim).
@@ -164,3 +177,28 @@ class PlanSettings:
     # but a long queue of jobs that all need victims must not make one cycle slow.
     max_victim_searches: int = 32
     max_victims_examined: int = 256
+    # Least attained service (duration-blind: what a job has run, never what it will): a
+    # job's service level is how many of these GPU-second thresholds its attained service
+    # has passed. Within a priority, lower levels go first, and a job may preempt jobs of
+    # its VC (or borrowed ones) at a higher level once they ran ``min_runtime_s``. The
+    # ladder is the simulator's Corral policy's (x4 from 900 GPU-s: 15 min on one GPU).
+    service_thresholds_gpu_s: tuple[float, ...] = (900.0, 3600.0, 14400.0, 57600.0, 230400.0)
+    preempt_for_service: bool = True
+    # The first job that waits for capacity holds a reservation (EASY backfill) only once
+    # it has waited this long; before, jobs behind it that fit go ahead (Tiresias skips a
+    # job that does not fit). 0: at once. Without run-time limits nothing can backfill a
+    # reservation, so an early one blocks the queue behind every wide job.
+    reserve_after_s: float = 0.0
+    # Starvation guard: a job pending this long (all its waits) ranks before every job of
+    # its priority, may preempt any of them that is not itself promoted, and once running
+    # is never preempted for service: least attained service alone starves long jobs.
+    # Jobs wider than ``starve_max_share`` of the cluster's GPUs are never promoted (a
+    # promoted gang holding half a small cluster for days costs everyone else more).
+    starve_after_s: float = math.inf
+    starve_max_share: float = 0.25
+
+    def promoted(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
+        return waited_s >= self.starve_after_s and gpus <= self.starve_max_share * cluster_gpus
+
+    def service_level(self, attained_gpu_s: float) -> int:
+        return bisect.bisect_right(self.service_thresholds_gpu_s, attained_gpu_s)

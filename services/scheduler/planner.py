@@ -14,10 +14,23 @@ on a private cluster of its quota size, as HiveD makes it). Quotas that add up t
 than the cluster has break that promise; the API warns when they do.
 
 **Order.** Guaranteed candidates first, then the others; within each, higher priority
-first, then the user with the fewest GPUs in use in the VC (fair share between a VC's
-users: the instantaneous dominant share, GPUs being the one scarce resource), then
-submission order. Borrowers are also ordered by how much their VC already borrows, so
-idle capacity is shared across VCs instead of going to the one with the longest queue.
+first, then *least attained service* (below), then the user with the fewest GPUs in use
+in the VC (fair share between a VC's users: the instantaneous dominant share, GPUs being
+the one scarce resource), then submission order. Borrowers are also ordered by how much
+their VC already borrows, so idle capacity is shared across VCs instead of going to the
+one with the longest queue.
+
+**Least attained service** (Tiresias; duration-blind: what a job has run, never what it
+will). A job's service level is how many GPU-second thresholds its attained service (all
+its runs) has passed, x4 from 900 GPU-s. Within a priority, lower levels go first, and a
+job may preempt jobs of its own VC (or borrowed ones) of its priority at a higher level
+once they ran ``min_runtime_s``: short and new jobs overtake long ones without anyone
+saying how long a job is. Least attained service alone starves long jobs, so a
+*starvation guard* promotes a job pending ``starve_after_s`` (all its waits) above every
+job of its priority: it may preempt any that was not promoted too, and is never
+preempted for service itself; jobs wider than a quarter of the cluster are never
+promoted. ``bench.simulate --policy live`` replays the production traces through this
+very function (``policy/live.py``).
 
 **Preemption**, always of the cheapest victims (borrowed first, then lowest priority, then
 least progress lost), and never of more jobs than the gang needs:
@@ -28,7 +41,8 @@ least progress lost), and never of more jobs than the gang needs:
 Jobs already being preempted count as free GPUs for the job that asked, so a slow stop
 does not add victims cycle after cycle.
 
-**Backfill with a reservation** (EASY): the first job that waits for capacity gets a
+**Backfill with a reservation** (EASY): the first job that waits for capacity — once it
+has waited ``reserve_after_s``; before, jobs behind it that fit simply go ahead — gets a
 reservation on the nodes that will hold it soonest (running jobs are assumed to end at
 their ``max_runtime_s``; those without one, oldest first, last). GPUs free on those nodes
 now are withheld from every job behind it, except jobs whose own ``max_runtime_s`` ends
@@ -118,7 +132,8 @@ class _Planner:
         self.tally = Tally()
         for job in running:
             self.tally.add(job.vc, job.user, job.gpu_type, job.gpus, job.borrowed)
-        self.victims = VictimFinder(self.index, running, settings)
+        self.cluster_gpus = sum(node.total_gpus for node in nodes if node.total_gpus > 0)
+        self.victims = VictimFinder(self.index, running, settings, self.cluster_gpus)
         # Gang shapes that found no place and no victims this cycle: the same shape cannot
         # fare better later in the cycle (GPUs are only taken, searches only used up),
         # so the next job of that shape goes straight to its reason.
@@ -156,12 +171,21 @@ class _Planner:
     def has_quota(self, job: PendingJob) -> bool:
         return any(self.quota(job.vc, t) > 0 for t in self.candidate_types(job))
 
+    def level_of(self, job: PendingJob) -> int:
+        """Its service level (least attained service), or -1 when the starvation guard
+        promoted it: it then ranks before, and may preempt, every job of its priority."""
+        if self.settings.promoted(job.waited_s, job.gpus, self.cluster_gpus):
+            return -1
+        return self.settings.service_level(job.attained_gpu_s)
+
     # --- the cycle --------------------------------------------------------------------
 
     def ordered(self) -> list[PendingJob]:
         within_quota: dict[tuple[str, str | None, int], bool] = {}  # by what decides it
 
-        def key(job: PendingJob) -> tuple[int, int, int, int, int]:
+        level = self.level_of
+
+        def key(job: PendingJob) -> tuple[int, int, int, int, int, int]:
             user_gpus = self.tally.per_user.get((job.vc, job.user), 0)
             kind = (job.vc, job.gpu_type, job.gpus)
             fits = within_quota.get(kind)
@@ -169,10 +193,11 @@ class _Planner:
                 fits = within_quota[kind] = job.gpus == 0 or any(
                     self.headroom(job, t) >= job.gpus for t in self.candidate_types(job)
                 )
+            service = level(job)
             if fits:
-                return (0, 0, -job.priority, user_gpus, self._order[job.job_id])
+                return (0, 0, -job.priority, service, user_gpus, self._order[job.job_id])
             borrowed = self.tally.borrowed.get(job.vc, 0)
-            return (1, borrowed, -job.priority, user_gpus, self._order[job.job_id])
+            return (1, borrowed, -job.priority, service, user_gpus, self._order[job.job_id])
 
         return sorted(self.pending, key=key)
 
@@ -229,7 +254,8 @@ class _Planner:
             and job.max_runtime_s is not None
             and job.max_runtime_s <= reservation.start_s
         )
-        return (job.vc, job.tasks, job.gpu_type, job.topology, job.priority, guaranteed, backfill)
+        service = self.level_of(job)  # decides its victims
+        return (job.vc, job.tasks, job.gpu_type, job.topology, job.priority, service, guaranteed, backfill)
 
     def place_or_preempt(
         self, job: PendingJob, types: list[str], guaranteed: list[str], shape: tuple[object, ...]
@@ -258,6 +284,11 @@ class _Planner:
             victims = self.victims.find(job, gpu_type, "priority")
             if victims is not None:
                 return self.preempt_for(job, victims, "preempted for a higher-priority job")
+        if self.settings.preempt_for_service:
+            for gpu_type in types:
+                victims = self.victims.find(job, gpu_type, "service", level=self.level_of(job))
+                if victims is not None:
+                    return self.preempt_for(job, victims, "preempted for a job with less attained service")
         return self.explain(job, guaranteed, shape)
 
     def try_place(self, job: PendingJob, gpu_type: str, *, borrowed: bool) -> bool:
@@ -402,7 +433,8 @@ class _Planner:
                 f" ({detail})"
             )
         if self.reservation is None:
-            self.reserve(job, gpu_type)
+            if job.waited_s >= self.settings.reserve_after_s:
+                self.reserve(job, gpu_type)
         elif reason != "Priority" and self.index.free(gpu_type) + self.reservation.held() >= job.gpus:
             return "Priority", (
                 f"GPUs it could use are reserved for {self.reservation.job_id}, ahead of it in the queue"

@@ -89,6 +89,8 @@ async def load_snapshot(conn: Connection, max_pending: int, *, release: bool = T
             topology=cast(Topology, row["topology"]),
             max_runtime_s=row["max_runtime_s"],
             traceparent=row["traceparent"],
+            attained_gpu_s=row["attained_gpu_s"],
+            waited_s=_waited(row["age_s"], row["attained_gpu_s"], row["tasks"]),
         )
         for row in await conn.fetch(SQL.pending_jobs, max_pending)
     ]
@@ -132,10 +134,27 @@ async def _running_jobs(
                 runtime_s=row["runtime_s"],
                 max_runtime_s=row["max_runtime_s"],
                 preempting=row["preempting"],
+                attained_gpu_s=row["attained_gpu_s"],
+                waited_s=_waited_before(row, sum(len(gpus) for _, gpus in slices)),
             )
         )
         slices = []
     return jobs
+
+
+def _waited(age_s: float, attained_gpu_s: float, tasks: Sequence[Sequence[str]]) -> float:
+    """A pending job's waits: its age less the time its runs took (attained GPU-seconds
+    over its GPUs: exact for gangs whose instances run alike)."""
+    gpus = sum(int(instances) * int(per) for _, instances, per, *_ in tasks)
+    return max(0.0, age_s - (attained_gpu_s / gpus if gpus else 0.0))
+
+
+def _waited_before(row: asyncpg.Record, gpus: int) -> float:
+    """A placed job's waits before this run: from submit to placement, less earlier runs."""
+    attained: float = row["attained_gpu_s"]
+    placed_after: float = row["placed_after_s"]
+    earlier_gpu_s = max(0.0, attained - gpus * row["runtime_s"])
+    return max(0.0, placed_after - (earlier_gpu_s / gpus if gpus else 0.0))
 
 
 async def write_pending_status(conn: Connection, changed: list[Waiting], waiting_ids: list[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.scheduler.model import LIVE_RESERVE_AFTER_S, LIVE_STARVE_AFTER_S
 from shared.settings import CommonSettings
 
 
@@ -17,6 +18,15 @@ class SchedulerSettings(BaseSettings):
     # A job runs at least this long before a higher-priority job may preempt it (reclaiming
     # a VC's quota from borrowers does not wait: see planner.py).
     min_runtime_s: float = Field(default=300.0, ge=0)
+    # Least attained service (planner.py): a job may preempt same-priority jobs of its VC
+    # (or borrowed ones) that were served much more. Off: only quota and priority preempt.
+    preempt_for_service: bool = True
+    # Starvation guard: a job pending this long ranks first and may preempt (2 days: what
+    # met the production traces' tail bars, docs/performance.md).
+    starve_after_s: float = Field(default=LIVE_STARVE_AFTER_S, gt=0)
+    # The first job that cannot fit holds a reservation (EASY backfill) once it waited this
+    # long; before, smaller jobs behind it go ahead.
+    reserve_after_s: float = Field(default=LIVE_RESERVE_AFTER_S, ge=0)
 
 
 class Settings(BaseSettings):

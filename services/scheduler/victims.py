@@ -21,8 +21,9 @@ from services.scheduler.model import PendingJob, PlanSettings, RunningJob
 from services.scheduler.placement import NodeIndex, place_gang, unplace
 
 # reclaim: a guaranteed job takes back borrowed GPUs; own_vc: a job within its VC's quota
-# preempts lower-priority jobs of its VC; priority: lower-priority borrowed jobs anywhere.
-VictimRule = Literal["reclaim", "own_vc", "priority"]
+# preempts lower-priority jobs of its VC; priority: lower-priority borrowed jobs anywhere;
+# service: jobs of its VC (or borrowed ones) of its priority with more attained service.
+VictimRule = Literal["reclaim", "own_vc", "priority", "service"]
 
 
 @dataclass
@@ -36,14 +37,18 @@ class Candidate:
 class VictimFinder:
     """The running jobs of one cycle as possible victims, and the searches among them."""
 
-    def __init__(self, index: NodeIndex, running: Sequence[RunningJob], settings: PlanSettings) -> None:
+    def __init__(
+        self, index: NodeIndex, running: Sequence[RunningJob], settings: PlanSettings, cluster_gpus: int = 0
+    ) -> None:
         self.index = index
+        self.cluster_gpus = cluster_gpus
         self.settings = settings
         self.running_on: dict[str, list[RunningJob]] = {}  # by GPU type
         for job in running:
             if job.gpus:
                 self.running_on.setdefault(job.gpu_type, []).append(job)
         self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
+        self._by_service: dict[str, list[RunningJob]] = {}  # most attained service first
         self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.searches = 0
 
@@ -57,13 +62,47 @@ class VictimFinder:
             )
         return self._by_cost[gpu_type]
 
-    def candidates(self, job: PendingJob, gpu_type: str, rule: VictimRule) -> Iterator[Candidate]:
+    def by_service(self, gpu_type: str) -> list[RunningJob]:
+        """Running jobs of a type, already stopping first, then most attained service."""
+        if gpu_type not in self._by_service:
+            self._by_service[gpu_type] = sorted(
+                self.running_on.get(gpu_type, ()),
+                key=lambda r: (not r.preempting, -r.attained_gpu_s, r.job_id),
+            )
+        return self._by_service[gpu_type]
+
+    def service_candidates(self, job: PendingJob, gpu_type: str, level: int) -> Iterator[Candidate]:
+        """Least attained service: jobs of ``job``'s priority, of its VC or borrowed, whose
+        service level is above ``level`` (the job's; -1 when the starvation guard promoted
+        it) and that ran ``min_runtime_s``, never a promoted one; most served first."""
+        for running in self.by_service(gpu_type):
+            if running.job_id in self.claimed:
+                continue
+            if running.preempting:
+                yield Candidate(running, free_already=True)
+                continue
+            if self.settings.service_level(running.attained_gpu_s) <= level:
+                return  # sorted by service: nobody further is above the job's level
+            if (
+                running.priority == job.priority
+                and (running.borrowed or running.vc == job.vc)
+                and running.runtime_s >= self.settings.min_runtime_s
+                and not self.settings.promoted(running.waited_s, running.gpus, self.cluster_gpus)
+            ):
+                yield Candidate(running, free_already=False)
+
+    def candidates(
+        self, job: PendingJob, gpu_type: str, rule: VictimRule, level: int = 0
+    ) -> Iterator[Candidate]:
         """Possible victims for ``job`` on ``gpu_type``, cheapest first, lazily: the running
         jobs of each type are sorted by cost once per cycle, and a search usually stops
         after a few. ``reclaim``: borrowed jobs, any priority (a guaranteed job asks);
         ``own_vc``: also the job's own VC's guaranteed jobs of lower priority;
         ``priority``: borrowed jobs of lower priority. Jobs already stopping come first,
         free; priority victims must have run ``min_runtime_s``."""
+        if rule == "service":
+            yield from self.service_candidates(job, gpu_type, level)
+            return
         min_runtime = self.settings.min_runtime_s
         for running in self.by_cost(gpu_type):
             # The order is (stopping, borrowed, priority, ...): once past what the rule can
@@ -84,7 +123,7 @@ class VictimFinder:
                 yield Candidate(running, free_already=False)
 
     def find(
-        self, job: PendingJob, gpu_type: str, rule: VictimRule, *, quota_gap: int = 0
+        self, job: PendingJob, gpu_type: str, rule: VictimRule, *, quota_gap: int = 0, level: int = 0
     ) -> list[Candidate] | None:
         """The fewest cheapest candidates (by ``rule``) whose GPUs let ``job`` fit (and whose
         guaranteed GPUs in the job's VC free ``quota_gap`` of its quota); None if none.
@@ -103,7 +142,7 @@ class VictimFinder:
         freed_quota = 0
         placements = None
         for candidate in itertools.islice(
-            self.candidates(job, gpu_type, rule), self.settings.max_victims_examined
+            self.candidates(job, gpu_type, rule, level), self.settings.max_victims_examined
         ):
             chosen.append(candidate)
             for node_id, gpus in candidate.job.slices:

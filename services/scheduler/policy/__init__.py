@@ -16,6 +16,7 @@ not its code — least attained service and the starvation guard are simulated h
 - fifo.py, oracle.py, las.py — the baselines: fifo, fifo_bf (EASY), sjf, sjf_skip,
   srtf, las.
 - corral.py — Corral's default, duration-blind policy; starvation.py — its starvation guard.
+- live.py — the live scheduler's ``planner.plan`` behind the same protocol (``live``).
 
 `make_policy` builds one by name; the oracle baselines need the true durations, passed
 explicitly, which is what keeps the others duration-blind.
@@ -29,13 +30,14 @@ from services.scheduler.policy.corral import CorralPolicy
 from services.scheduler.policy.fifo import Fifo, FifoBackfill
 from services.scheduler.policy.jobs import Job, JobId, Oracle
 from services.scheduler.policy.las import LeastAttainedService
+from services.scheduler.policy.live import LivePlanner
 from services.scheduler.policy.oracle import (
     ShortestJobFirst,
     ShortestJobFirstSkip,
     ShortestRemainingTimeFirst,
 )
 
-POLICIES = ("fifo", "fifo_bf", "sjf", "sjf_skip", "srtf", "las", "corral")
+POLICIES = ("fifo", "fifo_bf", "sjf", "sjf_skip", "srtf", "las", "corral", "live")
 NEEDS_ORACLE = frozenset({"fifo_bf", "sjf", "sjf_skip", "srtf"})
 
 
@@ -62,6 +64,8 @@ def make_policy(name: str, oracle: Oracle | None = None) -> Policy:
             return LeastAttainedService()
         case "corral":
             return CorralPolicy()
+        case "live":
+            return LivePlanner()
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
 
 

@@ -121,6 +121,18 @@ class Cluster:
         self.free_total -= count
         return Slice(node, taken)
 
+    def claim(self, placement: Placement) -> None:
+        """Take exactly these GPUs: a placement decided elsewhere (the live planner's)."""
+        for piece in placement.slices:
+            free = self._free[piece.node]
+            missing = set(piece.gpus) - set(free)
+            if missing:
+                raise ValueError(f"node {piece.node}: GPUs {sorted(missing)} are not free")
+            self._by_free[len(free)].discard(piece.node)
+            self._free[piece.node] = [g for g in free if g not in piece.gpus]
+            self._by_free[len(self._free[piece.node])].add(piece.node)
+            self.free_total -= len(piece.gpus)
+
     def release(self, placement: Placement) -> None:
         for piece in placement.slices:
             free = self._free[piece.node]

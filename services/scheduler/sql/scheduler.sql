@@ -48,7 +48,14 @@ SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed,
        extract(epoch FROM now() - a.created_at)::float8 AS runtime_s,
        (j.spec->>'max_runtime_s')::float8 AS max_runtime_s,
        EXISTS (SELECT 1 FROM scheduler.preemptions p WHERE p.job_id = a.job_id AND p.generation = a.generation)
-           AS preempting
+           AS preempting,
+       -- Least attained service: GPU-seconds of every attempt of the job, this run's too;
+       -- and how long after its submit this placement came (its waits and earlier runs).
+       (SELECT coalesce(sum(cardinality(x.gpu_indices)
+                            * extract(epoch FROM coalesce(x.finished_at, now()) - x.started_at)), 0)
+        FROM launcher.attempts x WHERE x.job_id = a.job_id AND x.started_at IS NOT NULL)::float8
+           AS attained_gpu_s,
+       extract(epoch FROM a.created_at - j.created_at)::float8 AS placed_after_s
 FROM scheduler.allocations a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.released_at IS NULL
 ORDER BY a.job_id, a.task_role, a.task_index;
@@ -64,7 +71,12 @@ SELECT id, version, priority, virtual_cluster, username,
        (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
         WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
        coalesce(spec->>'topology', 'pack') AS topology,
-       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent
+       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent,
+       (SELECT coalesce(sum(cardinality(x.gpu_indices)
+                            * extract(epoch FROM coalesce(x.finished_at, now()) - x.started_at)), 0)
+        FROM launcher.attempts x WHERE x.job_id = api.jobs.id AND x.started_at IS NOT NULL)::float8
+           AS attained_gpu_s,
+       extract(epoch FROM now() - created_at)::float8 AS age_s
 FROM api.jobs
 WHERE state = 'PENDING' AND (not_before IS NULL OR not_before <= now())
 ORDER BY created_at, id LIMIT $1;

@@ -1,0 +1,136 @@
+"""The live scheduler's policy (``planner.plan``) behind the simulator's ``Policy`` protocol.
+
+So ``bench.simulate --policy live`` replays a trace through the very code the live
+service runs each cycle, and its figures are the live service's, not a model's. Each
+round builds the snapshot a live cycle reads from Postgres — ready nodes with their free
+GPUs, running jobs with their slices, run time and attained service, pending jobs in
+submission order with theirs — calls ``plan`` and applies its decisions to the
+simulator's cluster and jobs. A trace has no quotas: every job is in VC ``default`` (no
+quota, so it runs as borrowed), its trace VC is its user (fair share between them), all
+at one priority; a gang of up to a node's GPUs is one task, a bigger one whole nodes.
+
+Preemptions stop their victims at once (the simulator's assumption for every policy) and
+the planner runs again in the same instant, as the live cycle is woken by the stop, so
+the job that asked is placed without waiting for the next arrival or completion.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import replace
+
+from services.scheduler.model import (
+    LIVE_RESERVE_AFTER_S,
+    LIVE_STARVE_AFTER_S,
+    NodeCapacity,
+    PendingJob,
+    PlanSettings,
+    RunningJob,
+    TaskDemand,
+)
+from services.scheduler.planner import plan
+from services.scheduler.policy.base import Round
+from services.scheduler.policy.cluster import Cluster, Placement, Slice
+from services.scheduler.policy.jobs import Job
+
+GPU_TYPE = "GPU"
+MAX_REPLANS = 4  # rounds of "preempt, then place" in one instant
+
+
+class LivePlanner:
+    name = "live"
+    preemptive = True
+
+    def __init__(self, settings: PlanSettings | None = None) -> None:
+        self.settings = settings or PlanSettings(
+            starve_after_s=LIVE_STARVE_AFTER_S, reserve_after_s=LIVE_RESERVE_AFTER_S
+        )
+        self.pending: dict[str, Job] = {}  # insertion order: submission order
+        self.running: dict[str, Job] = {}
+        self._per_node = 8
+
+    def submit(self, job: Job, now: float) -> None:
+        self.pending[job.id] = job
+
+    def finished(self, job: Job, now: float) -> None:
+        self.running.pop(job.id, None)
+
+    def wake_at(self, job: Job, now: float) -> float | None:
+        """When a running job's attained service crosses its next threshold: its service
+        level then rises, and jobs below it may preempt it."""
+        if not job.running:
+            return None
+        thresholds = self.settings.service_thresholds_gpu_s
+        attained = job.attained_at(now)
+        nxt = bisect.bisect_right(thresholds, attained)
+        if nxt == len(thresholds):
+            return None
+        return now + (thresholds[nxt] - attained) / job.gpus
+
+    def schedule(self, now: float, cluster: Cluster) -> Round:
+        decided = Round()
+        self._per_node = cluster.gpus_per_node
+        for _ in range(MAX_REPLANS):
+            if not self.pending:
+                break
+            result = plan(
+                [self._pending_job(job, now) for job in self.pending.values()],
+                self._nodes(cluster),
+                running=[self._running_job(job, now) for job in self.running.values()],
+                settings=self.settings,
+            )
+            for decision in result.decisions:
+                job = self.pending.pop(decision.job.job_id)
+                placement = Placement(
+                    tuple(Slice(int(p.node_id), p.gpu_indices) for p in decision.placements if p.gpu_indices)
+                )
+                cluster.claim(placement)
+                job.start(now, placement)
+                self.running[job.id] = job
+                decided.started.append(job)
+            for preemption in result.preemptions:
+                victim = self.running.pop(preemption.job_id)
+                cluster.release(victim.stop(now))
+                victim.preemptions += 1
+                self.pending[victim.id] = victim
+                decided.preempted.append(victim)
+            if not result.preemptions:
+                break
+        return decided
+
+    def _nodes(self, cluster: Cluster) -> list[NodeCapacity]:
+        return [
+            NodeCapacity(
+                str(node),
+                list(cluster.free_gpus_on(node)),
+                total_gpus=cluster.gpus_per_node,
+                gpu_type=GPU_TYPE,
+            )
+            for node in range(cluster.nodes)
+        ]
+
+    def _tasks(self, gpus: int, per_node: int) -> tuple[TaskDemand, ...]:
+        if gpus <= per_node:
+            return (TaskDemand("main", 1, gpus),)
+        whole, rest = divmod(gpus, per_node)
+        return (TaskDemand("main", whole, per_node),) + ((TaskDemand("rest", 1, rest),) if rest else ())
+
+    def _pending_job(self, job: Job, now: float) -> PendingJob:
+        return PendingJob(
+            job.id,
+            1,
+            0,
+            self._tasks(job.gpus, self._per_node),
+            user=job.vc,
+            gpu_type=GPU_TYPE,
+            attained_gpu_s=job.attained_gpu_s,
+            waited_s=job.waited_at(now),
+        )
+
+    def _running_job(self, job: Job, now: float) -> RunningJob:
+        assert job.placement is not None
+        slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
+        running = RunningJob(job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True)
+        return replace(
+            running, runtime_s=now - job.since_s, attained_gpu_s=job.attained_at(now), waited_s=job.waited_s
+        )
