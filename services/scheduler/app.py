@@ -23,16 +23,17 @@ async def serve(settings: Settings) -> None:
         policy = PlanSettings(
             min_runtime_s=scheduler.min_runtime_s,
             preempt_for_service=scheduler.preempt_for_service,
-            starve_after_s=scheduler.starve_after_s,
             reserve_after_s=scheduler.reserve_after_s,
         )
-        cycle = Cycle(leadership, settings.scheduler.cycle_interval_s, policy)
+        cycle = Cycle(leadership, scheduler.cycle_interval_s, policy, scheduler.starvation())
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             tg.create_task(leadership.run(), name="leadership")
             tg.create_task(cycle.run(), name="cycle")
             tg.create_task(
-                res.bus.answer(DRY_RUN_SUBJECT, DRY_RUN_QUEUE, partial(answer_dry_run, res.db, policy)),
+                res.bus.answer(
+                    DRY_RUN_SUBJECT, DRY_RUN_QUEUE, partial(answer_dry_run, res.db, cycle.settings)
+                ),
                 name="dry-run",
             )
             for config in (JOB_EVENTS, NODE_EVENTS):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Hashable
+from dataclasses import replace
 
 import asyncpg
 
@@ -20,19 +22,35 @@ from services.scheduler.leader import Leadership
 from services.scheduler.model import Waiting
 from services.scheduler.planner import PlanSettings, plan
 from services.scheduler.preemption import evict_from_drained_nodes, request_preemption
-from services.scheduler.repository import commit_decisions, load_snapshot, write_pending_status
+from services.scheduler.repository import commit_decisions, load_snapshot, typical_wait, write_pending_status
+from services.scheduler.starvation import StarvationRule
 from shared.aio import raise_if_cancelling, wait_event
+from shared.db.pool import Connection
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_PER_CYCLE = 5000
 
 
+TYPICAL_WAIT_EVERY_S = 60.0  # how often the starvation limit's typical wait is read again
+
+
 class Cycle:
-    def __init__(self, leadership: Leadership, interval_s: float, policy: PlanSettings | None = None) -> None:
+    def __init__(
+        self,
+        leadership: Leadership,
+        interval_s: float,
+        policy: PlanSettings | None = None,
+        starvation: StarvationRule | None = None,
+    ) -> None:
+        """``starvation``: the load-aware starvation limit (None: ``policy``'s fixed one)."""
         self._leadership = leadership
         self._interval_s = interval_s
         self._policy = policy or PlanSettings()
+        self._starvation = starvation
+        self._typical_wait_s = 0.0
+        self._typical_wait_at = -math.inf
+        self.last_settings = self._policy
         self._wakeup = asyncio.Event()
         self.cycles = 0
         self.placed = 0
@@ -70,7 +88,7 @@ class Cycle:
                         running=snapshot.running,
                         vcs=snapshot.vcs,
                         largest_unready_node=snapshot.largest_unready_node,
-                        settings=self._policy,
+                        settings=await self._settings_now(conn),
                     )
                     placed = await commit_decisions(conn, result.decisions)
                     preempted = 0
@@ -112,6 +130,26 @@ class Cycle:
                 (time.perf_counter() - started) * 1000,
             )
         return placed
+
+    async def _settings_now(self, conn: Connection) -> PlanSettings:
+        """The policy with this cycle's starvation limit: load-aware, from the typical wait,
+        read once a minute."""
+        if self._starvation is None:
+            return self._policy
+        now = time.monotonic()
+        if now - self._typical_wait_at >= TYPICAL_WAIT_EVERY_S:
+            self._typical_wait_s = await typical_wait(conn, self._starvation.window_s)
+            self._typical_wait_at = now
+        self.last_settings = replace(
+            self._policy,
+            starve_after_s=self._starvation.limit(self._typical_wait_s),
+            protect_after_s=self._starvation.min_wait_s,
+        )
+        return self.last_settings
+
+    def settings(self) -> PlanSettings:
+        """The policy as the last cycle applied it (what a dry run should answer with)."""
+        return self.last_settings
 
 
 def _said_key(waiting: Waiting) -> Hashable:

@@ -4,6 +4,7 @@ asked-about job, read-only, nothing committed or announced."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
@@ -18,7 +19,8 @@ log = logging.getLogger(__name__)
 CANDIDATE = "dry-run"  # the asked-about job's id in the plan: no real id looks like it
 
 
-async def answer_dry_run(db: Database, policy: PlanSettings, payload: bytes) -> bytes:
+async def answer_dry_run(db: Database, policy: Callable[[], PlanSettings], payload: bytes) -> bytes:
+    """``policy``: the settings the live cycle applies now (its starvation limit moves)."""
     try:
         request = DryRunRequest.model_validate_json(payload)
     except ValidationError as exc:
@@ -53,7 +55,7 @@ async def answer_dry_run(db: Database, policy: PlanSettings, payload: bytes) -> 
         running=snapshot.running,
         vcs=snapshot.vcs,
         largest_unready_node=snapshot.largest_unready_node,
-        settings=policy,
+        settings=policy(),
     )
     answer = DryRunAnswer(placeable_now=False, pending_jobs=len(snapshot.pending))
     for decision in result.decisions:

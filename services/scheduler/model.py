@@ -162,11 +162,11 @@ class Plan:
     waiting: list[Waiting] = field(default_factory=list)
 
 
-# The live service's starvation guard and reservation delay (SchedulerSettings), which the
-# simulator's ``live`` policy uses too; PlanSettings' own defaults are the plain mechanisms
-# (no guard, EASY reservations at once) that the planner's unit tests describe.
-LIVE_STARVE_AFTER_S = 2 * 86400.0
-LIVE_RESERVE_AFTER_S = 2 * 86400.0
+# The live service's reservation delay (SchedulerSettings), which the simulator's ``live``
+# policy uses too (its starvation limit is load-aware: starvation.py); PlanSettings' own
+# defaults are the plain mechanisms (no guard, EASY reservations at once) that the
+# planner's unit tests describe.
+LIVE_RESERVE_AFTER_S = math.inf
 
 
 @dataclass(frozen=True)
@@ -196,9 +196,18 @@ class PlanSettings:
     # promoted gang holding half a small cluster for days costs everyone else more).
     starve_after_s: float = math.inf
     starve_max_share: float = 0.25
+    # A running job that waited this long before it started is never preempted for
+    # service, even once the (load-aware) starvation limit has moved past its wait: the
+    # promotion must hold until it finishes, or the limit chases the job (the jobs it
+    # delays wait longer, which raises the limit). inf: the starvation limit itself.
+    protect_after_s: float = math.inf
 
     def promoted(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
         return waited_s >= self.starve_after_s and gpus <= self.starve_max_share * cluster_gpus
+
+    def protected(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
+        limit = min(self.starve_after_s, self.protect_after_s)
+        return waited_s >= limit and gpus <= self.starve_max_share * cluster_gpus
 
     def service_level(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.service_thresholds_gpu_s, attained_gpu_s)

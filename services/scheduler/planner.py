@@ -26,11 +26,12 @@ its runs) has passed, x4 from 900 GPU-s. Within a priority, lower levels go firs
 job may preempt jobs of its own VC (or borrowed ones) of its priority at a higher level
 once they ran ``min_runtime_s``: short and new jobs overtake long ones without anyone
 saying how long a job is. Least attained service alone starves long jobs, so a
-*starvation guard* promotes a job pending ``starve_after_s`` (all its waits) above every
-job of its priority: it may preempt any that was not promoted too, and is never
-preempted for service itself; jobs wider than a quarter of the cluster are never
-promoted. ``bench.simulate --policy live`` replays the production traces through this
-very function (``policy/live.py``).
+*starvation guard* promotes a job pending ``starve_after_s`` (all its waits; the live
+cycle makes it load-aware, ``starvation.py``) above every job of its priority: it may
+preempt any that is not protected, and once running is never preempted for service
+(``protect_after_s``); jobs wider than a quarter of the cluster are never promoted.
+``bench.simulate --policy live`` replays the production traces through this very
+function (``policy/live.py``).
 
 **Preemption**, always of the cheapest victims (borrowed first, then lowest priority, then
 least progress lost), and never of more jobs than the gang needs:

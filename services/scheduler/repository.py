@@ -142,6 +142,13 @@ async def _running_jobs(
     return jobs
 
 
+async def typical_wait(conn: Connection, window_s: float) -> float:
+    """The average wait, submit to first start, of the jobs first started within the window
+    (the starvation limit's measure of load: starvation.py)."""
+    value = await conn.fetchval(SQL.typical_wait, window_s)
+    return float(value or 0.0)
+
+
 def _waited(age_s: float, attained_gpu_s: float, tasks: Sequence[Sequence[str]]) -> float:
     """A pending job's waits: its age less the time its runs took (attained GPU-seconds
     over its GPUs: exact for gangs whose instances run alike)."""

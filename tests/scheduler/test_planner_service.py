@@ -6,8 +6,12 @@ One cycle over a hand-made snapshot each, as in test_planner.py.
 
 from __future__ import annotations
 
+import pytest
+
 from services.scheduler.model import PlanSettings
 from services.scheduler.planner import plan
+from services.scheduler.starvation import StarvationRule
+from tests.scheduler.test_corral_policy import _long
 from tests.scheduler.test_planner import VCS, job, node, running
 
 HOUR = 3600.0
@@ -91,3 +95,14 @@ def test_before_its_reservation_time_a_job_that_does_not_fit_lets_smaller_ones_g
     )
     assert late.decisions == []  # it waited past the limit: it holds a reservation (EASY)
     assert [w.reason for w in late.waiting][1] == "Priority"
+
+
+def test_replayed_the_live_guard_lets_a_starved_long_job_through_and_keeps_it_running() -> None:
+    """The stream of tests/scheduler/test_corral_policy.py through the live planner
+    (``--policy live``): least attained service alone would starve the 100-hour job for
+    three days; the guard promotes it after its floor (the short jobs hardly wait), and
+    though the jobs it then delays raise the load-aware limit past its wait, it is not
+    preempted again."""
+    long = _long("live", 1)
+    assert long.queue_s == pytest.approx(StarvationRule().min_wait_s, abs=600)
+    assert long.preemptions == 1  # demoted once by the stream, then promoted for good

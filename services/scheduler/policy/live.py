@@ -21,7 +21,6 @@ from dataclasses import replace
 
 from services.scheduler.model import (
     LIVE_RESERVE_AFTER_S,
-    LIVE_STARVE_AFTER_S,
     NodeCapacity,
     PendingJob,
     PlanSettings,
@@ -32,6 +31,7 @@ from services.scheduler.planner import plan
 from services.scheduler.policy.base import Round
 from services.scheduler.policy.cluster import Cluster, Placement, Slice
 from services.scheduler.policy.jobs import Job
+from services.scheduler.starvation import StarvationRule, TypicalWait
 
 GPU_TYPE = "GPU"
 MAX_REPLANS = 4  # rounds of "preempt, then place" in one instant
@@ -41,10 +41,14 @@ class LivePlanner:
     name = "live"
     preemptive = True
 
-    def __init__(self, settings: PlanSettings | None = None) -> None:
-        self.settings = settings or PlanSettings(
-            starve_after_s=LIVE_STARVE_AFTER_S, reserve_after_s=LIVE_RESERVE_AFTER_S
-        )
+    def __init__(
+        self, settings: PlanSettings | None = None, starvation: StarvationRule | None = None
+    ) -> None:
+        """``starvation``: the load-aware limit the live cycle uses (the default); None with
+        ``settings`` given: the fixed limits in ``settings``."""
+        self.settings = settings or PlanSettings(reserve_after_s=LIVE_RESERVE_AFTER_S)
+        self.starvation = starvation if starvation is not None or settings is not None else StarvationRule()
+        self.typical = TypicalWait(self.starvation.window_s if self.starvation else 0.0)
         self.pending: dict[str, Job] = {}  # insertion order: submission order
         self.running: dict[str, Job] = {}
         self._per_node = 8
@@ -70,6 +74,13 @@ class LivePlanner:
     def schedule(self, now: float, cluster: Cluster) -> Round:
         decided = Round()
         self._per_node = cluster.gpus_per_node
+        settings = self.settings
+        if self.starvation is not None:
+            settings = replace(
+                settings,
+                starve_after_s=self.starvation.limit(self.typical.value(now)),
+                protect_after_s=self.starvation.min_wait_s,
+            )
         for _ in range(MAX_REPLANS):
             if not self.pending:
                 break
@@ -77,7 +88,7 @@ class LivePlanner:
                 [self._pending_job(job, now) for job in self.pending.values()],
                 self._nodes(cluster),
                 running=[self._running_job(job, now) for job in self.running.values()],
-                settings=self.settings,
+                settings=settings,
             )
             for decision in result.decisions:
                 job = self.pending.pop(decision.job.job_id)
@@ -85,6 +96,8 @@ class LivePlanner:
                     tuple(Slice(int(p.node_id), p.gpu_indices) for p in decision.placements if p.gpu_indices)
                 )
                 cluster.claim(placement)
+                if job.first_start_s is None:
+                    self.typical.started(now, now - job.submit_s)
                 job.start(now, placement)
                 self.running[job.id] = job
                 decided.started.append(job)

@@ -118,3 +118,12 @@ SET reason = excluded.reason, detail = excluded.detail, position = excluded.posi
 -- Jobs that are no longer pending (placed, cancelled) or were not considered this cycle.
 DELETE FROM scheduler.pending_status s
 WHERE s.job_id <> ALL($1::text[]);
+
+-- name: typical_wait
+-- The average wait from submit to first start of the jobs whose first attempt started in
+-- the last $1 seconds: the load measure of the starvation limit (starvation.py).
+SELECT avg(extract(epoch FROM f.first_start - j.created_at))::float8
+FROM (SELECT job_id, min(started_at) AS first_start FROM launcher.attempts
+      WHERE started_at IS NOT NULL GROUP BY job_id) f
+JOIN api.jobs j ON j.id = f.job_id
+WHERE f.first_start > now() - make_interval(secs => $1);
