@@ -63,6 +63,10 @@ def private_stack(
         "CORRAL_NATS_PORT": str(nats_port),
         "CORRAL_SIMULATED_GPUS": str(gpus),
         "CORRAL_TELEMETRY_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+        # A benchmark's clients are one tenant submitting as fast as it can: the per-token
+        # rate limits (a protection for shared API processes) would measure themselves.
+        "CORRAL_API_RATE_LIMIT_PER_S": "0",
+        "CORRAL_API_SUBMIT_RATE_LIMIT_PER_S": "0",
         **(extra_env or {}),
     }
     with child_output(home / "supervisor.log") as log:
