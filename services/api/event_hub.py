@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 LIFECYCLE: tuple[StreamSpec, ...] = (JOBS, NODES, ALERTS)
 REPLAY_BATCH = 256
+FAN_OUT_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -185,20 +186,36 @@ class EventHub:
         try:
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=None)
+                    batch = await self._next_messages(sub)
                 except nats.errors.TimeoutError:
                     raise_if_cancelling()
                     continue
-                seq = msg.metadata.sequence.stream
-                if seq <= self._positions[index]:
-                    continue  # seen before a consumer reset
-                facts = await self._facts(msg)
-                self._positions[index] = seq
-                if facts is not None:
-                    self._fan_out(StreamEvent(index, seq, msg.data, facts))
+                for msg in batch:
+                    seq = msg.metadata.sequence.stream
+                    if seq <= self._positions[index]:
+                        continue  # seen before a consumer reset
+                    facts = await self._facts(msg)
+                    self._positions[index] = seq
+                    if facts is not None:
+                        self._fan_out(StreamEvent(index, seq, msg.data, facts))
         finally:
             self._started[index].clear()
             await sub.unsubscribe()
+
+    @staticmethod
+    async def _next_messages(sub: JetStreamContext.PushSubscription) -> list[Msg]:
+        """The next message, and every one already waiting behind it (up to
+        ``FAN_OUT_BATCH``), before any is fanned out.
+
+        nats-py hands over one message per turn of the event loop (``next_msg`` runs a
+        task each time), and every subscriber woken by the previous event runs in that
+        turn: fanned out one by one, a burst would cost a socket write per event per
+        subscriber. Taken together, each subscriber's queue holds them all when it wakes,
+        and it sends them in one write (``Subscriber.next_batch``)."""
+        batch = [await sub.next_msg(timeout=None)]
+        while sub.pending_msgs and len(batch) < FAN_OUT_BATCH:
+            batch.append(await sub.next_msg(timeout=None))
+        return batch
 
     async def _facts(self, msg: Msg) -> EventFacts | None:
         """The event's facts; while Postgres is away the tail waits (skipping the event

@@ -14,6 +14,7 @@ Filters: ``type`` (repeatable; ``corral.job.failed.v1`` or a prefix ``corral.job
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncGenerator, Callable
 from typing import Annotated
 
@@ -77,8 +78,15 @@ async def stream_events(
 
 
 def frame(event: StreamEvent, cursor: Cursor) -> bytes:
-    lines = [f"id: {cursor.encode()}", f"event: {event.facts.type}"]
-    lines += [f"data: {line}" for line in event.payload.decode("utf-8", "replace").splitlines()]
+    return f"id: {cursor.encode()}\n".encode() + _body(event.payload, event.facts.type)
+
+
+@functools.lru_cache(maxsize=1024)
+def _body(payload: bytes, event_type: str) -> bytes:
+    """An event's ``event:`` and ``data:`` lines, the same for every subscriber: made once
+    per event, not once per stream (the payload is one bytes object, its hash cached)."""
+    lines = [f"event: {event_type}"]
+    lines += [f"data: {line}" for line in payload.decode("utf-8", "replace").splitlines()]
     return ("\n".join(lines) + "\n\n").encode()
 
 
