@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,17 @@ class Stack:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "corral", "up"], env=env, stdout=log, stderr=subprocess.STDOUT
             )
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Stack]:
+        """Started and ready for the block; stopped at its end, which must be clean (exit 0)."""
+        self.start()
+        try:
+            await self.wait_ready()
+            yield self
+        finally:
+            code = self.stop()
+            assert code == 0, f"supervisor exited {code}:\n{self.logs('supervisor')}"
 
     def stop(self, timeout_s: float = 30.0) -> int:
         assert self.process is not None

@@ -9,10 +9,12 @@ import asyncio
 import os
 import signal
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 import nats.js.errors
+import pytest
 
 from shared.bus.nats import NatsBus
 from shared.bus.streams import JOBS
@@ -65,9 +67,23 @@ async def test_launcher_killed_before_it_sees_a_placement_loses_nothing(
     assert await _attempt_count(database_url, job_id) == 1
 
 
+@pytest.fixture
+async def patient_stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A stack whose node lease outlasts a node agent's restart on a loaded machine.
+
+    The fast loops' 3-second lease is right for the test of a node that loses contact;
+    for the agent-restart tests it made them a race: with the machine busy, the restarted
+    agent could take longer than the lease, its node was declared lost and the task
+    killed instead of re-adopted (seen when several test runs shared the two cores)."""
+    env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": nats_url, "CORRAL_AGENT_LEASE_S": "15"}
+    async with Stack(tmp_path / "home", env).running() as stack:
+        yield stack
+
+
 async def test_node_agent_killed_mid_task_re_adopts_it_instead_of_relaunching(
-    stack: Stack, database_url: str
+    patient_stack: Stack, database_url: str
 ) -> None:
+    stack = patient_stack
     async with stack.client() as http:
         job_id = await submit(http, f"echo started; {HOLD}")
         job = await wait_state(http, job_id, {"RUNNING"})
@@ -227,7 +243,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def test_a_cancel_sent_while_the_node_agent_was_down_still_stops_the_task(stack: Stack) -> None:
+async def test_a_cancel_sent_while_the_node_agent_was_down_still_stops_the_task(patient_stack: Stack) -> None:
+    stack = patient_stack
     trap = "trap 'echo got SIGTERM; exit 143' TERM; echo started; while true; do sleep 0.05; done"
     async with stack.client() as http:
         job_id = await submit(http, trap)

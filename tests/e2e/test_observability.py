@@ -43,13 +43,8 @@ async def traced_stack(
         "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_collector.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # milliseconds: spans leave promptly
     }
-    stack = Stack(tmp_path / "home", env)
-    stack.start()
-    try:
-        await stack.wait_ready()
+    async with Stack(tmp_path / "home", env).running() as stack:
         yield stack
-    finally:
-        assert stack.stop() == 0, stack.logs("supervisor")
 
 
 async def wait_for_span(
@@ -80,12 +75,12 @@ async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
     assert root.parent_span_id == ""
     # The scheduler hears of the job's end last: its span closes the story.
     await wait_for_span(otlp_collector, root.trace_id, "corral-scheduler", "process corral.job.succeeded")
+    # Connected: one root, and every other span's parent is in the trace. Spans come from
+    # seven processes in batches, a parent after its children: wait for the stragglers.
+    orphans = await _orphans(otlp_collector, root)
+    assert not orphans, f"spans whose parent never arrived: {orphans}"
     spans = otlp_collector.trace(root.trace_id)
-
-    # Connected: one root, and every other span's parent is in the trace.
-    ids = {s.span_id for s in spans}
     assert [s for s in spans if not s.parent_span_id] == [root]
-    assert all(s.parent_span_id in ids for s in spans if s is not root)
 
     # Every hop, in every service that took part. A "send" is the outbox relay's, and
     # any service's relay may publish any row, so only its name is fixed.
@@ -150,6 +145,17 @@ async def _submit_span(collector: OtlpCollector, job_id: str) -> list[CollectedS
                 return roots
         await asyncio.sleep(0.1)
     raise AssertionError(f"no trace of job {job_id}: {sorted({s.name for s in collector.spans})}")
+
+
+async def _orphans(collector: OtlpCollector, root: CollectedSpan, timeout_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        spans = collector.trace(root.trace_id)
+        ids = {s.span_id for s in spans}
+        orphans = [f"{s.service}: {s.name}" for s in spans if s is not root and s.parent_span_id not in ids]
+        if not orphans or time.monotonic() > deadline:
+            return orphans
+        await asyncio.sleep(0.2)
 
 
 def _ancestors(span: CollectedSpan, parent: dict[str, CollectedSpan]) -> list[str]:

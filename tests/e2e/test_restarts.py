@@ -43,26 +43,17 @@ def own_postgres() -> Iterator[LocalPostgres]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-async def _run_stack(stack: Stack) -> AsyncIterator[Stack]:
-    stack.start()
-    try:
-        await stack.wait_ready()
-        yield stack
-    finally:
-        assert stack.stop() == 0, stack.logs("supervisor")
-
-
 @pytest.fixture
 async def nats_stack(database_url: str, own_nats: LocalNats, tmp_path: Path) -> AsyncIterator[Stack]:
     env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": own_nats.url}
-    async for stack in _run_stack(Stack(tmp_path / "home", env)):
+    async with Stack(tmp_path / "home", env).running() as stack:
         yield stack
 
 
 @pytest.fixture
 async def pg_stack(own_postgres: LocalPostgres, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     env = {"CORRAL_DATABASE_URL": own_postgres.url(), "CORRAL_NATS_URL": nats_url}
-    async for stack in _run_stack(Stack(tmp_path / "home", env)):
+    async with Stack(tmp_path / "home", env).running() as stack:
         yield stack
 
 
