@@ -49,6 +49,7 @@ class VictimFinder:
                 self.running_on.setdefault(job.gpu_type, []).append(job)
         self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
         self._by_service: dict[str, list[RunningJob]] = {}  # most attained service first
+        self._top_level: dict[str, int] = {}
         self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.searches = 0
 
@@ -70,6 +71,13 @@ class VictimFinder:
                 key=lambda r: (not r.preempting, -r.attained_gpu_s, r.job_id),
             )
         return self._by_service[gpu_type]
+
+    def top_level(self, gpu_type: str) -> int:
+        """The highest service level among the running jobs of a type (-1: none runs)."""
+        if gpu_type not in self._top_level:
+            served = max((r.attained_gpu_s for r in self.running_on.get(gpu_type, ())), default=None)
+            self._top_level[gpu_type] = -1 if served is None else self.settings.service_level(served)
+        return self._top_level[gpu_type]
 
     def service_candidates(self, job: PendingJob, gpu_type: str, level: int) -> Iterator[Candidate]:
         """Least attained service: jobs of ``job``'s priority, of its VC or borrowed, whose
@@ -135,6 +143,8 @@ class VictimFinder:
             return None
         if gpu_type not in self.running_on:
             return None
+        if rule == "service" and self.top_level(gpu_type) <= level:
+            return None  # nobody is served more than the job: no search spent on it
         self.searches += 1
         gap = quota_gap
         chosen: list[Candidate] = []
