@@ -12,7 +12,7 @@ import typer
 import yaml
 
 from corral.commands.errors import UsageProblem
-from corral.commands.output import JsonFlag, echo, echo_json, echo_table, when
+from corral.commands.output import JsonFlag, echo_json, echo_result, echo_table, when
 from corral.commands.session import client
 from corral.sdk.models import Alert, AlertRules, Matcher, Silence
 
@@ -105,10 +105,7 @@ def register(app: typer.Typer) -> None:
         """Acknowledge an alert: I'm on it."""
         with client(ctx) as api:
             answer = api.acknowledge(alert_id, note)
-        if json_:
-            echo_json(answer)
-        else:
-            echo(answer.detail)
+        echo_result(answer, answer.detail, as_json=json_)
 
     @app.command("resolve")
     def resolve(
@@ -117,10 +114,7 @@ def register(app: typer.Typer) -> None:
         """Close an alert by hand."""
         with client(ctx) as api:
             answer = api.resolve(alert_id, note)
-        if json_:
-            echo_json(answer)
-        else:
-            echo(answer.detail)
+        echo_result(answer, answer.detail, as_json=json_)
 
     @app.command("silences")
     def silences(ctx: typer.Context, json_: JsonFlag = False) -> None:
@@ -147,10 +141,7 @@ def register(app: typer.Typer) -> None:
         seconds = parse_duration(duration)
         with client(ctx) as api:
             answer = api.silence(parsed, seconds, comment=comment)
-        if json_:
-            echo_json(answer)
-        else:
-            echo(f"{answer.id}: {answer.detail}")
+        echo_result(answer, f"{answer.id}: {answer.detail}", as_json=json_)
 
     @app.command("unsilence")
     def unsilence(
@@ -161,10 +152,7 @@ def register(app: typer.Typer) -> None:
         """End a silence now (admin)."""
         with client(ctx) as api:
             answer = api.expire_silence(silence_id)
-        if json_:
-            echo_json(answer)
-        else:
-            echo(answer.detail)
+        echo_result(answer, answer.detail, as_json=json_)
 
     @app.command("alert-rules")
     def alert_rules(
@@ -179,19 +167,13 @@ def register(app: typer.Typer) -> None:
         with client(ctx) as api:
             if action is RulesAction.show:
                 shown = api.get_alert_rules()
-                if json_:
-                    echo_json(shown)
-                else:
-                    echo(render_rules(shown))
+                echo_result(shown, render_rules(shown), as_json=json_)
                 return
             if action is RulesAction.reset:
                 answer = api.reset_alert_rules()
             else:
                 answer = api.set_alert_rules(_overrides(file))
-        if json_:
-            echo_json(answer)
-        else:
-            echo(answer.detail)
+        echo_result(answer, answer.detail, as_json=json_)
 
 
 def _overrides(file: Path | None) -> dict[str, object]:

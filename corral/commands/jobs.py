@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from corral.commands import errors
-from corral.commands.output import JsonFlag, echo, echo_json, echo_table, when
+from corral.commands.output import JsonFlag, echo, echo_json, echo_result, echo_table, when
 from corral.commands.progress import follow
 from corral.commands.session import client
 from corral.sdk import ApiError, Client, load_job_spec
@@ -127,17 +127,11 @@ def register(app: typer.Typer) -> None:
         with client(ctx) as api:
             if dry_run:
                 answer = api.dry_run(spec)
-                if json_:
-                    echo_json(answer)
-                else:
-                    echo(render_dry_run(answer))
+                echo_result(answer, render_dry_run(answer), as_json=json_)
                 return
             job = api.submit(spec)
             if not wait:
-                if json_:
-                    echo_json(job)
-                else:
-                    echo(f"{job.id} submitted ({job.state})")
+                echo_result(job, f"{job.id} submitted ({job.state})", as_json=json_)
                 return
             final = _wait(api, job, poll_s, json_)
         raise typer.Exit(finished_code(final))
@@ -204,10 +198,7 @@ def register(app: typer.Typer) -> None:
         """Cancel a job: at once if pending, else its tasks are stopped."""
         with client(ctx) as api:
             job = api.cancel(job_id)
-        if json_:
-            echo_json(job)
-        else:
-            echo(f"{job.id}: cancel requested ({job.state})")
+        echo_result(job, f"{job.id}: cancel requested ({job.state})", as_json=json_)
 
     @app.command("why")
     def why(ctx: typer.Context, job_id: JobArg, json_: JsonFlag = False) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from corral.commands.output import JsonFlag, age, echo, echo_json, echo_table, when
+from corral.commands.output import JsonFlag, age, echo, echo_json, echo_result, echo_table, when
 from corral.commands.session import client
 from corral.sdk.models import Gpu, Node
 
@@ -111,10 +111,7 @@ def register(app: typer.Typer) -> None:
         """Every GPU's readings and the job using it (gpustat-like)."""
         with client(ctx) as api:
             items = api.list_gpus(node)
-        if json_:
-            echo_json(items)
-        else:
-            echo("\n".join(gpu_line(g) for g in items))
+        echo_result(items, "\n".join(gpu_line(g) for g in items), as_json=json_)
 
     @app.command("drain")
     def drain(
@@ -126,10 +123,7 @@ def register(app: typer.Typer) -> None:
         """Stop placing work on a node (admin)."""
         with client(ctx) as api:
             answer = api.drain(node_id, reason)
-        if json_:
-            echo_json(answer)
-        else:
-            echo(answer.detail)
+        echo_result(answer, answer.detail, as_json=json_)
 
     @app.command("undrain")
     def undrain(
@@ -141,10 +135,7 @@ def register(app: typer.Typer) -> None:
         """Put a node back (admin)."""
         with client(ctx) as api:
             answer = api.undrain(node_id, reason)
-        if json_:
-            echo_json(answer)
-        else:
-            echo(answer.detail)
+        echo_result(answer, answer.detail, as_json=json_)
 
     @app.command("services")
     def services(ctx: typer.Context, json_: JsonFlag = False) -> None:

@@ -65,6 +65,14 @@ def echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
     typer.echo(to_json(value))
 
 
+def echo_result(value: BaseModel | Sequence[BaseModel] | dict[str, Any], text: str, *, as_json: bool) -> None:
+    """What a command answers: ``value`` as JSON for scripts (``--json``), else ``text``."""
+    if as_json:
+        echo_json(value)
+    else:
+        echo(text)
+
+
 def when(stamp: datetime | None) -> str:
     """UTC, to the second: ``2026-11-22 14:08:24``."""
     return stamp.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if stamp else "-"
