@@ -65,17 +65,20 @@ async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
     if traceparent and event.traceparent is None:
         event = event.model_copy(update={"traceparent": traceparent})
     headers = {"traceparent": traceparent} if traceparent else {}
+    # The row and its NOTIFY in one statement: one round trip to Postgres, not two.
     await conn.execute(
-        """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-           VALUES ($1, $2, $3, $4, $5, $6)""",
+        """WITH added AS (
+               INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
+           SELECT pg_notify($7, '') FROM added""",
         event.id,
         event.nats_subject,
         aggregate,
         partition_of(aggregate),
         event.model_dump_json().encode(),
         headers,
+        notify_channel(event.source),
     )
-    await conn.execute("SELECT pg_notify($1, '')", notify_channel(event.source))
 
 
 async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) -> None:
@@ -193,22 +196,36 @@ class OutboxRelay:
                 # relay (look again soon), or publishing fails (NATS away: back off).
                 self._contended = all(r is None for r in results)
                 return total
+            self._contended = any(r is None for r in results)
+            if all(r is None or r < self._batch_size for r in results):
+                # Every partition we got was emptied. Rows committed since then sent a
+                # NOTIFY that wakes the loop again, so counting once more (a query per
+                # wake-up, most of them finding nothing) would only repeat that.
+                left = max(0, sum(row["unsent"] for row in rows) - published)
+                OUTBOX_UNSENT.set(left)
+                if not left:
+                    OUTBOX_OLDEST_UNSENT.set(0.0)
+                return total
 
     async def _relay_partition(self, part: int) -> int | None:
         """Publish a partition's rows in order; None when another relay holds it."""
         async with self._db.transaction() as conn:
-            locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, $2)", _RELAY_LOCK_CLASS, part)
-            if not locked:
-                return None
+            # The partition's lock is taken by the same statement that claims its rows
+            # (one round trip): a row is returned only if the lock is ours. A row a
+            # relay that held the lock stamped meanwhile is re-checked by FOR UPDATE
+            # against its committed version and left out, so order still holds.
             rows = await conn.fetch(
                 """SELECT id, event_id, subject, payload, headers,
                           extract(epoch FROM clock_timestamp() - created_at) AS age_s
                    FROM corral.outbox
-                   WHERE part = $1 AND sent_at IS NULL
+                   WHERE part = $1 AND sent_at IS NULL AND pg_try_advisory_xact_lock($3, $1)
                    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED""",
                 part,
                 self._batch_size,
+                _RELAY_LOCK_CLASS,
             )
+            if not rows:
+                return None  # another relay holds the partition (or just emptied it)
             sent: list[int] = []
             try:
                 for row in rows:

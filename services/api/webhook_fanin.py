@@ -41,12 +41,15 @@ class WebhookFanIn:
         self._wake = wake
 
     async def handle(self, event: Event) -> None:
+        hooks = await self._db.fetch(SQL.enabled_webhooks)
+        if not hooks:
+            return  # the common case: nobody subscribed, so no facts to look up either
         payload = event.model_dump_json().encode()
         facts = await self._scopes.facts(payload)
         if facts is None:
             return
         matching = []
-        for hook in await self._db.fetch(SQL.enabled_webhooks):
+        for hook in hooks:
             wanted = EventFilter(
                 types=tuple(hook["event_types"]),
                 virtual_clusters=frozenset([hook["virtual_cluster"]] if hook["virtual_cluster"] else []),

@@ -3,7 +3,8 @@
 Runs when an event wakes it (a job submitted or ended, a node registered) and every
 ``cycle_interval_s`` regardless, only on the active scheduler. All decisions of one
 cycle commit together on the leader's fenced connection (see ``leader.py``), with why
-each job left waiting waits (``scheduler.pending_status``: only the rows that changed).
+each job left waiting waits (``scheduler.pending_status``: only the rows that changed)
+and the order they wait in (``scheduler.queue_order``, when it changed).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Cycle:
         self.placed = 0
         self.preempted = 0
         self._said: dict[str, Hashable] = {}  # why each job waits, as last written
+        self._order: list[str] | None = None  # the queue's order, as last written (None: unknown)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -71,7 +73,8 @@ class Cycle:
         async with self._leadership.lock:
             conn = self._leadership.conn
             if conn is None:
-                self._said = {}  # not leading: another scheduler may write the reasons meanwhile
+                # Not leading: another scheduler may write the reasons and order meanwhile.
+                self._said, self._order = {}, None
                 metrics.record_standing_down()
                 return 0
             metrics.LEADER.set(1)
@@ -98,7 +101,8 @@ class Cycle:
                             preempted += 1
                     said = {w.job_id: _said_key(w) for w in result.waiting}
                     changed = [w for w in result.waiting if self._said.get(w.job_id) != said[w.job_id]]
-                    await write_pending_status(conn, changed, [w.job_id for w in result.waiting])
+                    order = [w.job_id for w in result.waiting]
+                    await write_pending_status(conn, changed, order, order_changed=order != self._order)
             except asyncpg.PostgresError as exc:
                 # Cancelled mid-query (shutdown), asyncpg may raise this instead of the
                 # CancelledError; swallowing it would leave the TaskGroup waiting forever.
@@ -114,7 +118,7 @@ class Cycle:
                 await self._leadership.resign()
                 return 0
         # Remembered only once committed: a failed cycle writes its reasons again.
-        self._said = said
+        self._said, self._order = said, order
         self.cycles += 1
         self.placed += placed
         self.preempted += preempted
@@ -154,7 +158,8 @@ class Cycle:
 
 def _said_key(waiting: Waiting) -> Hashable:
     """What is worth writing again when it changes: the estimate counts when it moves by
-    more than ten seconds (it is recomputed from "now" every cycle)."""
+    more than ten seconds (it is recomputed from "now" every cycle). Not the position:
+    the queue's order is written whole, once (``write_pending_status``)."""
     start = waiting.estimated_start_s
     when = None if start is None else round((time.time() + start) / 10)
-    return (waiting.reason, waiting.detail, waiting.position, when)
+    return (waiting.reason, waiting.detail, when)

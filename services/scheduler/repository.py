@@ -164,8 +164,11 @@ def _waited_before(row: asyncpg.Record, gpus: int) -> float:
     return max(0.0, placed_after - (earlier_gpu_s / gpus if gpus else 0.0))
 
 
-async def write_pending_status(conn: Connection, changed: list[Waiting], waiting_ids: list[str]) -> None:
-    """Why each job waits: the rows that changed, and none for jobs no longer waiting."""
+async def write_pending_status(
+    conn: Connection, changed: list[Waiting], waiting_ids: list[str], *, order_changed: bool
+) -> None:
+    """Why each job waits: the rows that changed, and none for jobs no longer waiting;
+    and, when it changed, the order they wait in (``waiting_ids``: their positions)."""
     await conn.execute(SQL.forget_pending_status, waiting_ids)
     if changed:
         await conn.execute(
@@ -173,9 +176,10 @@ async def write_pending_status(conn: Connection, changed: list[Waiting], waiting
             [w.job_id for w in changed],
             [w.reason for w in changed],
             [w.detail for w in changed],
-            [w.position for w in changed],
             [w.estimated_start_s for w in changed],
         )
+    if order_changed:
+        await conn.execute(SQL.write_queue_order, waiting_ids)
 
 
 async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:

@@ -491,7 +491,6 @@ CREATE TABLE scheduler.pending_status (
     job_id text NOT NULL,
     reason text NOT NULL,
     detail text NOT NULL,
-    "position" integer NOT NULL,
     since timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     estimated_start timestamp with time zone,
@@ -502,6 +501,12 @@ CREATE TABLE scheduler.preemptions (
     generation integer NOT NULL,
     reason text NOT NULL,
     requested_at timestamp with time zone DEFAULT now() NOT NULL
+);
+CREATE TABLE scheduler.queue_order (
+    only_row boolean DEFAULT true NOT NULL,
+    job_ids text[] NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT queue_order_only_row_check CHECK (only_row)
 );
 ALTER TABLE ONLY alerter.alert_transitions ALTER COLUMN id SET DEFAULT nextval('alerter.alert_transitions_id_seq'::regclass);
 ALTER TABLE ONLY alerter.notifications ALTER COLUMN id SET DEFAULT nextval('alerter.notifications_id_seq'::regclass);
@@ -592,6 +597,8 @@ ALTER TABLE ONLY scheduler.pending_status
     ADD CONSTRAINT pending_status_pkey PRIMARY KEY (job_id);
 ALTER TABLE ONLY scheduler.preemptions
     ADD CONSTRAINT preemptions_pkey PRIMARY KEY (job_id, generation);
+ALTER TABLE ONLY scheduler.queue_order
+    ADD CONSTRAINT queue_order_pkey PRIMARY KEY (only_row);
 CREATE INDEX alert_transitions_by_alert ON alerter.alert_transitions USING btree (alert_id, id);
 CREATE UNIQUE INDEX alerts_one_open_per_fingerprint ON alerter.alerts USING btree (fingerprint) WHERE (state <> 'resolved'::text);
 CREATE INDEX notifications_by_group ON alerter.notifications USING btree (receiver, group_key);

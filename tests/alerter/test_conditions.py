@@ -66,8 +66,13 @@ async def test_a_pending_job_alert_gives_the_schedulers_reason(db: Database) -> 
     job_id = await submit(db, gpus=16)
     await db.execute("UPDATE api.jobs SET updated_at = now() - interval '2 hours' WHERE id = $1", job_id)
     await db.execute(
-        "INSERT INTO scheduler.pending_status (job_id, reason, detail, position) VALUES"
-        " ($1, 'GangDoesNotFit', 'a task needs 16 GPUs on one node; the largest ready node has 8', 1)",
+        "INSERT INTO scheduler.pending_status (job_id, reason, detail) VALUES"
+        " ($1, 'GangDoesNotFit', 'a task needs 16 GPUs on one node; the largest ready node has 8')",
+        job_id,
+    )
+    await db.execute(
+        "INSERT INTO scheduler.queue_order (job_ids) VALUES (ARRAY[$1])"
+        " ON CONFLICT (only_row) DO UPDATE SET job_ids = excluded.job_ids",
         job_id,
     )
     await reconcile(db)

@@ -91,7 +91,7 @@ async def test_relay_publishes_with_msg_id_and_traceparent_then_marks_sent(
     assert send.attributes["messaging.message.id"] == event.id
     assert _sample("corral_events_published_total", type="job.submitted") == published_before + 1
     assert _sample("corral_outbox_lag_seconds_count") == lags_before + 1
-    assert _sample("corral_outbox_unsent_events") == 0  # the pass looks again once it sent
+    assert _sample("corral_outbox_unsent_events") == 0  # what the pass sent is no longer counted
     assert _sample("corral_outbox_oldest_unsent_seconds") == 0
     row = await db.fetchrow("SELECT sent_at FROM corral.outbox")
     assert row is not None

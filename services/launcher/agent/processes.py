@@ -22,10 +22,11 @@ from pathlib import Path
 # wrapper *catches* (does not ignore) SIGTERM/SIGINT: a stop signals the whole process
 # group, and the wrapper must outlive the command to record how it ended. (Caught
 # signals are reset to their defaults in the child, so the command's own traps work.)
-_WRAPPER = (
-    'trap : TERM INT; echo $$ > "$2"; /bin/sh -c "$1"; code=$?; '
-    'echo $code > "$3.tmp" && mv "$3.tmp" "$3"; exit $code'
-)
+# The exit file is read only once the wrapper has exited (``wait_spawned``, or
+# ``wait_adopted`` after the pid is gone), so it is written in place: a rename would
+# cost a fork and exec of ``mv`` per task, and a wrapper killed mid-write leaves an
+# empty file, read as "no exit status" like a missing one.
+_WRAPPER = 'trap : TERM INT; echo $$ > "$2"; /bin/sh -c "$1"; code=$?; echo $code > "$3"; exit $code'
 
 
 @dataclass(frozen=True)

@@ -105,14 +105,17 @@ SELECT coalesce(max(gpu_count), 0) FROM monitor.nodes WHERE id <> ALL($1::text[]
 -- name: write_pending_status
 -- One batch per cycle; ``since`` moves only when the reason changes.
 -- The estimate comes as seconds from now (NULL: none).
-INSERT INTO scheduler.pending_status AS s (job_id, reason, detail, position, estimated_start)
-SELECT job_id, reason, detail, position, now() + make_interval(secs => start_in_s)
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::float8[])
-    AS u(job_id, reason, detail, position, start_in_s)
+INSERT INTO scheduler.pending_status AS s (job_id, reason, detail, estimated_start)
+SELECT job_id, reason, detail, now() + make_interval(secs => start_in_s)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[]) AS u(job_id, reason, detail, start_in_s)
 ON CONFLICT (job_id) DO UPDATE
-SET reason = excluded.reason, detail = excluded.detail, position = excluded.position,
-    estimated_start = excluded.estimated_start,
+SET reason = excluded.reason, detail = excluded.detail, estimated_start = excluded.estimated_start,
     since = CASE WHEN s.reason = excluded.reason THEN s.since ELSE now() END, updated_at = now();
+
+-- name: write_queue_order
+-- The waiting jobs' ids in the cycle's order (positions: 0019_queue_order.sql).
+INSERT INTO scheduler.queue_order (job_ids) VALUES ($1::text[])
+ON CONFLICT (only_row) DO UPDATE SET job_ids = excluded.job_ids, updated_at = now();
 
 -- name: forget_pending_status
 -- Jobs that are no longer pending (placed, cancelled) or were not considered this cycle.
