@@ -65,6 +65,7 @@ def create_app(
     app.state.event_hub = event_hub
     app.state.api_settings = settings.api
     app.state.webhook_wake = asyncio.Event()  # set when a delivery is queued by hand
+    app.state.webhooks_added = asyncio.Event()  # set when a webhook is created here
     # Innermost: it sees the route matched and the principal verified (audit.py).
     app.add_middleware(AuditLog, repo=TenantRepository(repo.db))
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
@@ -135,7 +136,13 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
         tg.create_task(res.liveness.run(), name="liveness")
         tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
         integrations = run_integrations(
-            res.db, res.bus, res.dead_letters, settings.api, hub, app.state.webhook_wake
+            res.db,
+            res.bus,
+            res.dead_letters,
+            settings.api,
+            hub,
+            app.state.webhook_wake,
+            app.state.webhooks_added,
         )
         tg.create_task(integrations, name="integrations")
 

@@ -26,10 +26,11 @@ async def run_integrations(
     settings: ApiSettings,
     hub: EventHub,
     wake: asyncio.Event,
+    webhooks_added: asyncio.Event,
 ) -> None:
     async with httpx.AsyncClient(follow_redirects=False) as http, asyncio.TaskGroup() as tg:
         tg.create_task(hub.run(), name="event-hub")
-        fan_in = WebhookFanIn(db, hub.scopes, wake)
+        fan_in = WebhookFanIn(db, hub.scopes, wake, webhooks_added)
         for consumer in WEBHOOK_CONSUMERS:
             spec = ConsumerSpec(consumer, fan_in.handle)
             tg.create_task(run_consumer(bus, spec, dead_letters), name=consumer.durable)

@@ -184,6 +184,7 @@ async def create_webhook(
         spec.description,
         secret,
     )
+    request.app.state.webhooks_added.set()  # the fan-in stops assuming there is none
     return WebhookCreated(**WebhookView.from_row(row).model_dump(), secret=secret)
 
 

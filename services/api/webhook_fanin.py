@@ -15,6 +15,7 @@ The payload stored is the event as the bus carries it: ``parse_event`` then
 from __future__ import annotations
 
 import asyncio
+import time
 
 from services.api.event_scope import EventFilter, Scopes
 from services.api.repository import SQL
@@ -34,16 +35,36 @@ WEBHOOK_CONSUMERS = tuple(
 )
 
 
+# How long "no webhook is enabled" is believed before asking Postgres again.
+NO_WEBHOOKS_RECHECK_S = 1.0
+
+
 class WebhookFanIn:
-    def __init__(self, db: Database, scopes: Scopes, wake: asyncio.Event) -> None:
+    """``added`` is set by this process's ``createWebhook`` once the row is committed.
+
+    Most clusters have no webhook, and every lifecycle event comes through here: asking
+    Postgres for the enabled webhooks on each one was a round trip per event (seven per
+    job) to learn nothing. So "none" is remembered for ``NO_WEBHOOKS_RECHECK_S``, and
+    forgotten at once when this process creates one; a webhook created through another
+    API process starts receiving within that second.
+    """
+
+    def __init__(self, db: Database, scopes: Scopes, wake: asyncio.Event, added: asyncio.Event) -> None:
         self._db = db
         self._scopes = scopes
         self._wake = wake
+        self._added = added
+        self._none_until = 0.0  # monotonic time until which no webhook is assumed
 
     async def handle(self, event: Event) -> None:
+        if time.monotonic() < self._none_until and not self._added.is_set():
+            return
+        self._added.clear()  # before the read: a webhook committed after it sets it again
         hooks = await self._db.fetch(SQL.enabled_webhooks)
         if not hooks:
-            return  # the common case: nobody subscribed, so no facts to look up either
+            self._none_until = time.monotonic() + NO_WEBHOOKS_RECHECK_S
+            return  # nobody subscribed, so no facts to look up either
+        self._none_until = 0.0
         payload = event.model_dump_json().encode()
         facts = await self._scopes.facts(payload)
         if facts is None:

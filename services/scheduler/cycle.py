@@ -23,7 +23,13 @@ from services.scheduler.leader import Leadership
 from services.scheduler.model import Waiting
 from services.scheduler.planner import PlanSettings, plan
 from services.scheduler.preemption import evict_from_drained_nodes, request_preemption
-from services.scheduler.repository import commit_decisions, load_snapshot, typical_wait, write_pending_status
+from services.scheduler.repository import (
+    PendingJobs,
+    commit_decisions,
+    load_snapshot,
+    typical_wait,
+    write_pending_status,
+)
 from services.scheduler.starvation import StarvationRule
 from shared.aio import raise_if_cancelling, wait_event
 from shared.db.pool import Connection
@@ -58,6 +64,7 @@ class Cycle:
         self.preempted = 0
         self._said: dict[str, Hashable] = {}  # why each job waits, as last written
         self._order: list[str] | None = None  # the queue's order, as last written (None: unknown)
+        self._pending = PendingJobs()  # what the pending jobs ask for, read once each
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -83,7 +90,7 @@ class Cycle:
                 async with conn.transaction():
                     for job_id in await evict_from_drained_nodes(conn):
                         log.warning("job %s preempted: its node was drained with eviction", job_id)
-                    snapshot = await load_snapshot(conn, MAX_PENDING_PER_CYCLE)
+                    snapshot = await load_snapshot(conn, MAX_PENDING_PER_CYCLE, known=self._pending)
                     pending = snapshot.pending
                     result = plan(
                         pending,

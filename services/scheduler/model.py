@@ -71,6 +71,17 @@ class PendingJob:
         object.__setattr__(self, "gpus", sum(t.instances * t.gpus for t in self.tasks))
         object.__setattr__(self, "widest", max((t.gpus for t in self.tasks), default=0))
 
+    def progressed(self, version: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
+        """The same job as a later cycle reads it: only these three can have changed.
+
+        A copy of the fields, not ``dataclasses.replace``: the live cycle does this for
+        every pending job (thousands) every cycle, and running ``__init__`` and
+        ``__post_init__`` again cost four times as much for fields that are the same."""
+        job = object.__new__(PendingJob)
+        job.__dict__.update(self.__dict__)
+        job.__dict__.update(version=version, attained_gpu_s=attained_gpu_s, waited_s=waited_s)
+        return job
+
 
 @dataclass(frozen=True)
 class RunningJob:

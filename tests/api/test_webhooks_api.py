@@ -18,6 +18,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from corral import cli
+from services.api import webhook_fanin
 from services.api.auth import hash_token
 from services.api.event_hub import EventHub
 from services.api.event_scope import Scopes
@@ -41,8 +42,11 @@ SETTINGS = ApiSettings(webhook_retry_delays_s=(0.4, 1.2), webhook_timeout_s=2.0)
 async def delivering(db: Database, bus: NatsBus, client: httpx.AsyncClient) -> AsyncIterator[None]:
     """The API's integrator loops (hub, fan-in consumers, delivery) on the test's app."""
     hub = EventHub(bus.js, Scopes(db))
-    wake: asyncio.Event = client._transport.app.state.webhook_wake  # type: ignore[attr-defined]
-    task = asyncio.create_task(run_integrations(db, bus, PostgresDeadLetters(db), SETTINGS, hub, wake))
+    state = client._transport.app.state  # type: ignore[attr-defined]
+    loops = run_integrations(
+        db, bus, PostgresDeadLetters(db), SETTINGS, hub, state.webhook_wake, state.webhooks_added
+    )
+    task = asyncio.create_task(loops)
     # The fan-in consumers start at "new": wait until they exist before publishing.
     for _ in range(200):
         names = [c.name async for c in _consumers(bus, "CORRAL_JOBS")]
@@ -200,11 +204,31 @@ async def test_an_event_delivered_twice_to_the_fan_in_is_queued_once(
 ) -> None:
     hook = await _create(client, "http://127.0.0.1:9/unused", "corral.job.failed.v1")
     job = await _job(db, "admin")
-    fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event())
+    fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())
     event = failed(job)
     await fan_in.handle(event)
     await fan_in.handle(event)  # a redelivery from JetStream
     assert [d["event_id"] for d in await _deliveries(client, hook["id"])] == [event.id]
+
+
+async def test_the_fan_in_remembers_there_is_no_webhook_for_a_second_unless_one_is_created_here(
+    client: httpx.AsyncClient, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(webhook_fanin, "NO_WEBHOOKS_RECHECK_S", 0.5)
+    job = await _job(db, "admin")
+    added_here: asyncio.Event = client._transport.app.state.webhooks_added  # type: ignore[attr-defined]
+    here = WebhookFanIn(db, Scopes(db), asyncio.Event(), added_here)
+    elsewhere = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())  # another API process
+    for fan_in in (here, elsewhere):
+        await fan_in.handle(failed(job))  # nothing subscribed: "none" is remembered
+    hook = await _create(client, "http://127.0.0.1:9/unused", "corral.job.failed.v1")
+    first, second, third = failed(job), failed(job), failed(job)
+    await here.handle(first)  # created through this process: seen at once
+    await elsewhere.handle(second)  # created through another: not within the second...
+    await asyncio.sleep(0.6)
+    await elsewhere.handle(third)  # ...but after it
+    queued = {d["event_id"] for d in await _deliveries(client, hook["id"])}
+    assert queued == {first.id, third.id}
 
 
 @pytest.mark.parametrize(
@@ -279,7 +303,7 @@ async def test_a_user_sees_and_receives_only_their_own(
         listed = (await client.get("/api/v1/webhooks")).json()["items"]
         assert {w["id"] for w in listed} == {admins["id"], mine["id"]}  # an admin sees every one
 
-        fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event())
+        fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())
         alices, bobs = await _job(db, "alice"), await _job(db, "bob")
         for event in (running(alices), running(bobs), succeeded(alices)):
             await fan_in.handle(event)

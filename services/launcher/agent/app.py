@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
+from services.launcher.agent.processes import watch_children_with_pidfds
 from services.launcher.agent.settings import Settings
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
@@ -29,6 +30,7 @@ def assignments_consumer(node_id: str) -> ConsumerConfig:
 
 async def serve(settings: Settings) -> None:
     node_id = settings.agent.node_id
+    watch_children_with_pidfds()
     async with (
         service_resources(f"agent-{node_id}", settings.common, event_source=SOURCE) as res,
         asyncio.TaskGroup() as tg,

