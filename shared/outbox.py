@@ -57,26 +57,42 @@ def notify_channel(source: str) -> str:
     return "corral_outbox_" + source.rsplit("/", 1)[-1]
 
 
-async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
-    """Add ``event`` to the outbox in the caller's open transaction."""
-    if not conn.is_in_transaction():
-        raise RuntimeError("outbox.append must run inside the transaction of the state change")
+OutboxRow = tuple[str, str, str, int, bytes, dict[str, str]]
+
+
+def outbox_row(event: Envelope, aggregate: str) -> OutboxRow:
+    """The values of ``event``'s outbox row, in the order of the table's columns
+    (event_id, subject, aggregate, part, payload, headers), stamped with the current
+    trace unless it carries one.
+
+    For ``append`` and ``append_many``, and for a statement that writes a state change
+    and its event at once (the API's submit: ``services/api/sql/jobs.sql``), which must
+    also ``pg_notify(notify_channel(event.source), '')``."""
     traceparent = event.traceparent or current_traceparent()
     if traceparent and event.traceparent is None:
         event = event.model_copy(update={"traceparent": traceparent})
     headers = {"traceparent": traceparent} if traceparent else {}
-    # The row and its NOTIFY in one statement: one round trip to Postgres, not two.
-    await conn.execute(
-        """WITH added AS (
-               INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-               VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
-           SELECT pg_notify($7, '') FROM added""",
+    return (
         event.id,
         event.nats_subject,
         aggregate,
         partition_of(aggregate),
         event.model_dump_json().encode(),
         headers,
+    )
+
+
+async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
+    """Add ``event`` to the outbox in the caller's open transaction."""
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.append must run inside the transaction of the state change")
+    # The row and its NOTIFY in one statement: one round trip to Postgres, not two.
+    await conn.execute(
+        """WITH added AS (
+               INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
+           SELECT pg_notify($7, '') FROM added""",
+        *outbox_row(event, aggregate),
         notify_channel(event.source),
     )
 
@@ -87,22 +103,7 @@ async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) 
         return
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.append_many must run inside the transaction of the state change")
-    traceparent = current_traceparent()
-    rows = []
-    for event, aggregate in events:
-        parent = event.traceparent or traceparent
-        if parent and event.traceparent is None:
-            event = event.model_copy(update={"traceparent": parent})
-        rows.append(
-            (
-                event.id,
-                event.nats_subject,
-                aggregate,
-                partition_of(aggregate),
-                event.model_dump_json().encode(),
-                {"traceparent": parent} if parent else {},
-            )
-        )
+    rows = [outbox_row(event, aggregate) for event, aggregate in events]
     await conn.executemany(
         """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
            VALUES ($1, $2, $3, $4, $5, $6)""",

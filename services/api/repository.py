@@ -38,7 +38,7 @@ from shared.events.jobs import JobCancelRequestedData, JobEndedData, JobSubmitte
 from shared.events.nodes import NodeDrainRequestedData
 from shared.ids import JobId, new_job_id
 from shared.jobs import JobSpec, JobState
-from shared.outbox import append
+from shared.outbox import append, notify_channel, outbox_row
 from shared.telemetry import current_traceparent
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -77,6 +77,41 @@ class ApiRepository:
         for another request raises ``IdempotencyKeyReused``."""
         check_can_ever_run(spec, await self.shapes.get())
         job_id: JobId = new_job_id()
+        event = JobSubmitted(
+            source=SOURCE,
+            subject=job_id,
+            data=JobSubmittedData(
+                job_id=job_id,
+                name=spec.name,
+                user=username,
+                virtual_cluster=spec.virtual_cluster,
+                total_gpus=spec.total_gpus,
+            ),
+        )
+        job_values = (
+            job_id,
+            spec.name,
+            username,
+            spec.virtual_cluster,
+            spec.priority,
+            spec.model_dump(mode="json"),
+            spec.total_gpus,
+            current_traceparent(),
+            tags,
+        )
+        if not secrets and secrets_from is None and idempotency is None:
+            # The common submit: one statement (see submit_job_at_once). No row: the VC
+            # check failed; the transaction below says why (or, should the VC have
+            # appeared meanwhile, submits).
+            row = await self.db.fetchrow(
+                SQL.submit_job_at_once,
+                *job_values,
+                vc_user,
+                *outbox_row(event, job_id),
+                notify_channel(SOURCE),
+            )
+            if row is not None:
+                return {**dict(row), "replayed": False}
         async with self.db.transaction() as conn:
             await self._check_vc(conn, spec, vc_user)
             if idempotency is not None:
@@ -85,33 +120,11 @@ class ApiRepository:
                     row = await conn.fetchrow(SQL.get_job, earlier)
                     assert row is not None  # the key's job: deleted with it (cascade)
                     return {**dict(row), "replayed": True}
-            row = await conn.fetchrow(
-                SQL.insert_job,
-                job_id,
-                spec.name,
-                username,
-                spec.virtual_cluster,
-                spec.priority,
-                spec.model_dump(mode="json"),
-                spec.total_gpus,
-                current_traceparent(),
-                tags,
-            )
+            row = await conn.fetchrow(SQL.insert_job, *job_values)
             if secrets:
                 await conn.execute(SQL.insert_job_secrets, job_id, list(secrets), list(secrets.values()))
             if secrets_from is not None:
                 await conn.execute(SQL.copy_job_secrets, secrets_from, job_id)
-            event = JobSubmitted(
-                source=SOURCE,
-                subject=job_id,
-                data=JobSubmittedData(
-                    job_id=job_id,
-                    name=spec.name,
-                    user=username,
-                    virtual_cluster=spec.virtual_cluster,
-                    total_gpus=spec.total_gpus,
-                ),
-            )
             await append(conn, event, aggregate=job_id)
         if idempotency is not None:
             await idempotency.sweep(self.db)

@@ -56,4 +56,5 @@ async def serve(settings: Settings) -> None:
 
 def main() -> int:
     settings = Settings()
-    return run_service("agent", lambda: serve(settings))
+    # asyncio's loop: it spawns a process per task, and uvloop's spawn forks.
+    return run_service("agent", lambda: serve(settings), loop="asyncio")

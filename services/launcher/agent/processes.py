@@ -95,17 +95,21 @@ def watch_children_with_pidfds() -> None:
     to block in ``waitpid``: on a busy agent that is a thread start, and the GIL handed
     back and forth, per task (~0.4 ms of the agent's CPU per spawn, measured). A pidfd
     (Linux 5.3+) is just another file descriptor for the loop to poll. Python 3.12 made
-    it the default (and deprecated choosing), so this only acts on 3.11. Call it from
-    the running loop, before the first spawn.
+    it the default (and deprecated choosing), so this only acts on 3.11, and only on
+    asyncio's own loop (uvloop, which services run on, watches children itself). Call it
+    from the running loop, before the first spawn.
     """
+    loop = asyncio.get_running_loop()
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    if not isinstance(loop, asyncio.SelectorEventLoop):
         return
     try:
         os.close(os.pidfd_open(os.getpid()))
     except OSError:
         return  # the kernel has no pidfds: keep the threaded watcher
     watcher = asyncio.PidfdChildWatcher()
-    watcher.attach_loop(asyncio.get_running_loop())
+    watcher.attach_loop(loop)
     asyncio.set_child_watcher(watcher)
 
 
