@@ -2,7 +2,9 @@
 
 ``append`` writes an event into ``corral.outbox`` on the caller's connection, inside
 the caller's transaction, so the state change and its event commit or vanish together.
-It also ``NOTIFY``s the relays, which Postgres delivers only on commit.
+It also ``NOTIFY``s the relays, which Postgres delivers only on commit; the payload names
+the row's partition, so the relay that hears it goes straight there. Every poll interval
+(and when a NOTIFY was missed) a relay counts every partition's unsent rows instead.
 
 The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
 stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
@@ -67,7 +69,8 @@ def outbox_row(event: Envelope, aggregate: str) -> OutboxRow:
 
     For ``append`` and ``append_many``, and for a statement that writes a state change
     and its event at once (the API's submit: ``services/api/sql/jobs.sql``), which must
-    also ``pg_notify(notify_channel(event.source), '')``."""
+    also ``pg_notify(notify_channel(event.source), part::text)``: the relay that hears
+    it publishes that partition without first counting every partition's rows."""
     traceparent = event.traceparent or current_traceparent()
     if traceparent and event.traceparent is None:
         event = event.model_copy(update={"traceparent": traceparent})
@@ -86,12 +89,12 @@ async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
     """Add ``event`` to the outbox in the caller's open transaction."""
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.append must run inside the transaction of the state change")
-    # The row and its NOTIFY in one statement: one round trip to Postgres, not two.
+    # The row and its NOTIFY (naming its partition) in one statement: one round trip.
     await conn.execute(
         """WITH added AS (
                INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-               VALUES ($1, $2, $3, $4, $5, $6) RETURNING id)
-           SELECT pg_notify($7, '') FROM added""",
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING part)
+           SELECT pg_notify($7, part::text) FROM added""",
         *outbox_row(event, aggregate),
         notify_channel(event.source),
     )
@@ -109,8 +112,15 @@ async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) 
            VALUES ($1, $2, $3, $4, $5, $6)""",
         rows,
     )
-    for source in {event.source for event, _ in events}:
-        await conn.execute("SELECT pg_notify($1, '')", notify_channel(source))
+    parts_by_source: dict[str, set[int]] = {}
+    for row, (event, _) in zip(rows, events, strict=True):
+        parts_by_source.setdefault(event.source, set()).add(row[3])
+    for source, parts in parts_by_source.items():
+        await conn.execute(
+            "SELECT pg_notify($1, part::text) FROM unnest($2::int[]) AS part",
+            notify_channel(source),
+            sorted(parts),
+        )
 
 
 class OutboxRelay:
@@ -134,6 +144,8 @@ class OutboxRelay:
         self._wakeup = asyncio.Event()
         self._channel = notify_channel(source)
         self._contended = False
+        self._notified: set[int] = set()  # partitions a NOTIFY named since the last pass
+        self._unnamed = False  # a NOTIFY named none since the last pass
         self.published = 0
 
     async def run(self) -> None:
@@ -160,11 +172,19 @@ class OutboxRelay:
                 await asyncio.sleep(self._poll_interval_s)
 
     async def _relay_forever(self) -> None:
-        cleanup_due = 0.0
+        cleanup_due = poll_due = 0.0
         while True:
             self._wakeup.clear()
-            await self.relay_pending()
+            notified, self._notified = self._notified, set()
+            unnamed, self._unnamed = self._unnamed, False
             now = asyncio.get_running_loop().time()
+            if notified and not unnamed and not self._contended and now < poll_due:
+                await self._relay_notified(notified)
+            else:
+                # Every poll interval, after contention, and for a NOTIFY that named no
+                # partition: the full pass, which counts what is unsent (and the gauges).
+                await self.relay_pending()
+                poll_due = now + self._poll_interval_s
             if now >= cleanup_due:
                 await self._delete_old_sent_rows()
                 cleanup_due = now + 600
@@ -172,8 +192,23 @@ class OutboxRelay:
             # what it had claimed, so look again soon instead of a whole poll interval later.
             await wait_event(self._wakeup, 0.01 if self._contended else self._poll_interval_s)
 
-    def _on_notify(self, *_: Any) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if isinstance(payload, str) and payload.isdigit():
+            self._notified.add(int(payload))
+        else:
+            self._unnamed = True  # a NOTIFY that names no partition: the next pass counts
         self._wakeup.set()
+
+    async def _relay_notified(self, parts: set[int]) -> None:
+        """Publish the partitions NOTIFY named, without counting every partition first
+        (a round trip per wake-up that a pass with a partition to go to does not need)."""
+        for part in sorted(parts):
+            sent = await self._relay_partition(part)
+            if sent is None:
+                self._contended = True  # another relay holds it: a full pass shortly
+            elif sent == self._batch_size:
+                self._notified.add(part)  # more than a batch waits: go round again
+                self._wakeup.set()
 
     async def relay_pending(self) -> int:
         """Publish every unsent row now; returns how many were published."""

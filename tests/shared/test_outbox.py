@@ -160,3 +160,27 @@ async def test_rows_wait_while_nats_is_down_and_go_out_when_it_is_back(db: Datab
 
 def _sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_running_relay_publishes_what_a_notify_names_without_waiting_for_its_poll(
+    db: Database, bus: NatsBus
+) -> None:
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)  # a poll would come too late
+    task = asyncio.create_task(relay.run())
+    try:
+        await asyncio.sleep(0.3)  # its first (full) pass, and it listens
+        async with db.transaction() as conn:
+            await append(conn, _event("job-a"), aggregate="job-a")
+            await append(conn, _event("job-b"), aggregate="job-b")  # most likely another partition
+        for _ in range(100):
+            if relay.published == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert relay.published == 2
+        assert sorted(subject for subject, _, _ in await _stream_messages(bus)) == [
+            "corral.job.submitted.job-a",
+            "corral.job.submitted.job-b",
+        ]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -30,7 +30,7 @@ WITH vc AS (
     SELECT $11, $12, $13, $14, $15, $16 FROM job
     RETURNING id
 )
-SELECT job.* FROM job, (SELECT count(*) FROM event, pg_notify($17, '')) AS notified;
+SELECT job.* FROM job, (SELECT count(*) FROM event, pg_notify($17, $14::text)) AS notified;
 
 -- name: get_job
 -- With why it waits, when it is pending (the scheduler's last word: scheduler.pending_status),
