@@ -20,7 +20,7 @@ from starlette.routing import Route
 from shared.logs import ContextFilter, TextFormatter, bound_job, json_formatter
 from shared.metrics import HttpMetrics, event_type_of
 from shared.service import Health, health_routes
-from shared.telemetry import destination_template
+from shared.telemetry import current_traceparent, destination_template, tracer_provider
 from tests.tracing import global_tracer_provider
 
 
@@ -139,3 +139,26 @@ def test_every_health_endpoint_serves_metrics_unless_the_service_brings_its_own(
 def test_span_names_and_metric_labels_never_carry_ids(subject: str, template: str, event_type: str) -> None:
     assert destination_template(subject) == template
     assert event_type_of(subject) == event_type
+
+
+def test_exporting_nothing_records_nothing_yet_ids_still_travel() -> None:
+    quiet, exporting = tracer_provider("api", "none"), tracer_provider("api", "console")
+    with quiet.get_tracer("t").start_as_current_span("submit") as span:
+        assert not span.is_recording()
+        context = span.get_span_context()
+        assert context.is_valid  # in log lines, and in the traceparent stored with the job
+        assert not context.trace_flags.sampled
+        flags = f"{int(context.trace_flags):02x}"
+        assert current_traceparent() == f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags}"
+    remote = trace.set_span_in_context(
+        trace.NonRecordingSpan(
+            trace.SpanContext(
+                0xABC, 0xDEF, is_remote=True, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)
+            )
+        )
+    )
+    with quiet.get_tracer("t").start_as_current_span("continued", context=remote) as child:
+        assert child.is_recording()  # a caller's sampled trace is followed
+    with exporting.get_tracer("t").start_as_current_span("submit") as recorded:
+        assert recorded.is_recording()
+    exporting.shutdown()
