@@ -38,22 +38,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import nats
 from nats.js import JetStreamContext
 
-from bench.stack import BenchStack, private_stack
+from bench.stack import BenchStack, cpu_s, private_stack, tree_cpu_s
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
 
-TICKS = os.sysconf("SC_CLK_TCK")
 # What a submit would be refused by: one token sends everything (0 turns a limit off).
 UNLIMITED = {
     "CORRAL_SERVICES": "api",
@@ -68,35 +65,15 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-
-def _tree_cpu_s(root: int) -> float:
-    """CPU of a process and its children (Postgres: the postmaster and its backends)."""
-    total = _cpu_s(root)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) == root:
-                    total += (int(fields[11]) + int(fields[12])) / TICKS
-            except (OSError, IndexError):
-                continue  # gone meanwhile
-    return total
-
-
 class Cpu:
     """CPU seconds of the API process and of Postgres, between two reads."""
 
     def __init__(self, stack: BenchStack) -> None:
         self.api = int((stack.home / "run" / "api.pid").read_text())
-        postmaster = next((stack.home / "postgres").rglob("postmaster.pid"))
-        self.postgres = int(postmaster.read_text().split()[0])
+        self.postgres = stack.postmaster_pid()
 
     def read(self) -> tuple[float, float]:
-        return _cpu_s(self.api), _tree_cpu_s(self.postgres)
+        return cpu_s(self.api), tree_cpu_s(self.postgres)
 
 
 async def _client(command: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:

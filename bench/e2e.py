@@ -11,7 +11,9 @@ every job has ended, and prints one JSON line:
   platform's own latency, not time spent queueing for a GPU);
 - ``loaded_start_latency_p50_ms`` / ``_p99_ms``: the same during the throughput run, where
   1000 jobs compete for 8 GPUs and most of it is queueing;
-- ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client.
+- ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client;
+- ``cpu_ms_per_job``: CPU each service process (the agent with the tasks it ran) and
+  Postgres spent per job during the throughput run (NATS is not counted).
 
 ``--with-slurm`` also runs the Slurm peer (../shared/peers/slurm: setup.sh then
 bench.sh N, as root) in the same run, so both figures come from one machine, one time.
@@ -107,10 +109,12 @@ async def measure(stack: BenchStack, jobs: int, concurrency: int, probes: int) -
     try:
         probe_latencies = await _probe_start_latency(stack, conn, probes)
         await conn.execute("TRUNCATE launcher.attempts, scheduler.allocations, api.jobs CASCADE")
+        cpu_before = stack.cpu_by_process()
         wall_started = time.perf_counter()
         round_trips = await _submit_all(stack, jobs, concurrency)
         await _wait_all_ended(conn, jobs, timeout_s=max(120.0, jobs * 0.5))
         wall = time.perf_counter() - wall_started
+        cpu_after = stack.cpu_by_process()
         row = await conn.fetchrow(
             """SELECT extract(epoch FROM max(finished_at) - min(created_at)) AS span,
                       count(*) FILTER (WHERE state <> 'SUCCEEDED') AS not_ok
@@ -138,6 +142,12 @@ async def measure(stack: BenchStack, jobs: int, concurrency: int, probes: int) -
         "submit_p99_ms": round(_percentile(round_trips, 0.99), 1),
         "failed_jobs": int(row["not_ok"]),
         "wall_s": round(wall, 2),
+        # What a job cost each process, in CPU: the figure to compare on a shared machine.
+        "cpu_ms_per_job": {
+            name: round((cpu_after[name] - cpu_before[name]) * 1000 / jobs, 2)
+            for name in sorted(cpu_after)
+            if name in cpu_before
+        },
     }
 
 

@@ -20,6 +20,33 @@ import httpx
 
 from corral.local.ports import child_output, free_port
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int, *, with_reaped_children: bool = False) -> float:
+    """CPU seconds a process has used (utime + stime, from /proc); with its reaped
+    children's too (cutime + cstime: the node agent's finished tasks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if with_reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU of a process and its children, live and reaped (Postgres: the postmaster and
+    its backends)."""
+    total = cpu_s(root, with_reaped_children=True)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == root:
+                    total += (int(fields[11]) + int(fields[12])) / TICKS
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+    return total
+
 
 @dataclass
 class BenchStack:
@@ -42,6 +69,20 @@ class BenchStack:
 
     def nats_url(self) -> str:
         return f"nats://127.0.0.1:{self._nats_port}"
+
+    def postmaster_pid(self) -> int:
+        postmaster = next((self.home / "postgres").rglob("postmaster.pid"))
+        return int(postmaster.read_text().split()[0])
+
+    def cpu_by_process(self) -> dict[str, float]:
+        """CPU seconds so far of each service process (with the tasks it ran and reaped:
+        the agent's) and of Postgres; compare two reads."""
+        used = {
+            pid_file.stem: cpu_s(int(pid_file.read_text().split()[0]), with_reaped_children=True)
+            for pid_file in sorted((self.home / "run").glob("*.pid"))
+        }
+        used["postgres"] = tree_cpu_s(self.postmaster_pid())
+        return used
 
     _pg_port: int = 0
     _nats_port: int = 0
