@@ -185,11 +185,11 @@ async def service_resources(
 
 
 def run_service(
-    name: str, main: Callable[[], Awaitable[None]], *, loop: Literal["uvloop", "asyncio"] = "uvloop"
+    name: str, main: Callable[[], Awaitable[None]], *, event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 ) -> int:
     """Run ``main`` until SIGTERM/SIGINT (exit 0) or until a root task dies (exit 1).
 
-    ``loop="asyncio"``: for a process that spawns many children (the node agent), where
+    ``event_loop="asyncio"``: for a process that spawns many children (the node agent), where
     asyncio's ``subprocess`` (vfork) is cheaper than uvloop's (libuv forks: ~4x the CPU
     per spawn from a service-sized process, measured)."""
 
@@ -215,7 +215,7 @@ def run_service(
         return 0
 
     try:
-        factory = uvloop.new_event_loop if loop == "uvloop" else None
+        factory = uvloop.new_event_loop if event_loop == "uvloop" else None
         with asyncio.Runner(loop_factory=factory) as loop_runner:
             return loop_runner.run(runner())
     except KeyboardInterrupt:

@@ -57,4 +57,4 @@ async def serve(settings: Settings) -> None:
 def main() -> int:
     settings = Settings()
     # asyncio's loop: it spawns a process per task, and uvloop's spawn forks.
-    return run_service("agent", lambda: serve(settings), loop="asyncio")
+    return run_service("agent", lambda: serve(settings), event_loop="asyncio")

@@ -2,10 +2,11 @@
 
 Each task runs under a tiny ``/bin/sh`` wrapper in its own session (so its whole process
 group can be signalled). The wrapper writes its pid to ``<attempt>.pid`` before running
-the command and the command's exit status to ``<attempt>.exit`` (atomically, via
-rename) after. A restarted agent cannot ``wait()`` for processes it did not spawn, so it
-re-adopts a running task by watching its pid (checked against the process start time,
-so a recycled pid is not mistaken for the task) and reads the exit file when it ends.
+the command and the command's exit status to ``<attempt>.exit`` after (read only once
+the wrapper is gone: see ``_WRAPPER``). A restarted agent cannot ``wait()`` for
+processes it did not spawn, so it re-adopts a running task by watching its pid (checked
+against the process start time, so a recycled pid is not mistaken for the task) and
+reads the exit file when it ends.
 """
 
 from __future__ import annotations
