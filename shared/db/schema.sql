@@ -508,6 +508,11 @@ CREATE TABLE scheduler.queue_order (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT queue_order_only_row_check CHECK (only_row)
 );
+CREATE VIEW scheduler.queue_positions AS
+ SELECT u.job_id,
+    (u."position")::integer AS "position"
+   FROM scheduler.queue_order,
+    LATERAL unnest(queue_order.job_ids) WITH ORDINALITY u(job_id, "position");
 ALTER TABLE ONLY alerter.alert_transitions ALTER COLUMN id SET DEFAULT nextval('alerter.alert_transitions_id_seq'::regclass);
 ALTER TABLE ONLY alerter.notifications ALTER COLUMN id SET DEFAULT nextval('alerter.notifications_id_seq'::regclass);
 ALTER TABLE ONLY api.audit_log ALTER COLUMN id SET DEFAULT nextval('api.audit_log_id_seq'::regclass);

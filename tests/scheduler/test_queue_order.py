@@ -50,8 +50,7 @@ async def _standing(db: Database) -> dict[str, tuple[int, str, object]]:
     rows = await db.fetch(
         """SELECT p.job_id, q.position, p.reason, p.updated_at
            FROM scheduler.pending_status p
-           JOIN (SELECT u.job_id, u.position FROM scheduler.queue_order,
-                        unnest(job_ids) WITH ORDINALITY AS u(job_id, position)) q USING (job_id)"""
+           JOIN scheduler.queue_positions q USING (job_id)"""
     )
     return {r["job_id"]: (r["position"], r["reason"], r["updated_at"]) for r in rows}
 

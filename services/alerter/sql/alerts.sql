@@ -154,8 +154,7 @@ FROM alerter.alerts WHERE state = 'firing' ORDER BY started_at;
 SELECT j.id, j.name, j.username, j.virtual_cluster, j.total_gpus,
        extract(epoch FROM now() - j.updated_at)::float8 AS age_s, p.reason, p.detail, q.position
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id
-LEFT JOIN (SELECT u.job_id, u.position FROM scheduler.queue_order,
-                  unnest(job_ids) WITH ORDINALITY AS u(job_id, position)) q ON q.job_id = p.job_id
+LEFT JOIN scheduler.queue_positions q ON q.job_id = p.job_id
 WHERE j.state = 'PENDING' AND j.updated_at < now() - make_interval(secs => $1)
 ORDER BY j.updated_at
 LIMIT 1000;

@@ -34,14 +34,13 @@ SELECT job.* FROM job, (SELECT count(*) FROM event, pg_notify($17, $14::text)) A
 
 -- name: get_job
 -- With why it waits, when it is pending (the scheduler's last word: scheduler.pending_status),
--- and where it stands in the queue (scheduler.queue_order: the ids in the order of the last cycle).
+-- and where it stands in the queue (scheduler.queue_positions: the last cycle's order).
 SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, generation,
        exit_code, j.reason, created_at, j.updated_at, finished_at, cancel_requested_at, retries, not_before,
        tags, p.reason AS pending_reason, p.detail AS pending_detail, q.position AS pending_position,
        p.since AS pending_since, p.estimated_start AS pending_estimated_start
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
-LEFT JOIN (SELECT u.job_id, u.position FROM scheduler.queue_order,
-                  unnest(job_ids) WITH ORDINALITY AS u(job_id, position)) q ON q.job_id = p.job_id
+LEFT JOIN scheduler.queue_positions q ON q.job_id = p.job_id
 WHERE j.id = $1;
 
 -- name: list_jobs
@@ -52,8 +51,7 @@ SELECT j.id, name, username, virtual_cluster, priority, spec, state, version, ge
        tags, p.reason AS pending_reason, p.detail AS pending_detail, q.position AS pending_position,
        p.since AS pending_since, p.estimated_start AS pending_estimated_start
 FROM api.jobs j LEFT JOIN scheduler.pending_status p ON p.job_id = j.id AND j.state = 'PENDING'
-LEFT JOIN (SELECT u.job_id, u.position FROM scheduler.queue_order,
-                  unnest(job_ids) WITH ORDINALITY AS u(job_id, position)) q ON q.job_id = p.job_id
+LEFT JOIN scheduler.queue_positions q ON q.job_id = p.job_id
 WHERE ($1::text[] IS NULL OR j.state = ANY ($1))
   AND ($2::text IS NULL OR j.virtual_cluster = $2)
   AND ($3::text IS NULL OR j.username = $3)
