@@ -48,7 +48,12 @@ from shared.outbox import append
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/launcher"
 log = logging.getLogger(__name__)
-PORT_RANGE = range(30000, 40000)
+# Ports handed to tasks: below Linux's default ephemeral range (32768-60999), from which
+# the kernel picks the local port of every outgoing connection on the node, and below
+# Kubernetes' NodePort range (30000-32767), which kube-proxy captures on a node that is
+# also in a cluster. (30000-40000 overlapped the first: a DDP rendezvous failed with
+# EADDRINUSE when a client socket of the same machine held the master port.)
+PORT_RANGE = range(20000, 30000)
 MASTER_PORT_LABEL = "master"
 STOP_GRACE_S = 10.0
 
