@@ -56,10 +56,12 @@ def estimate_starts(
 
     def pool(gpu_type: str) -> _Pool:
         if gpu_type not in pools:
-            mine = [r for r in running if gpu_type in (ANY_TYPE, r.gpu_type)]
             free = sum(free_by_type.values()) if gpu_type == ANY_TYPE else free_by_type.get(gpu_type, 0)
+            every_type = gpu_type == ANY_TYPE
             releases = [
-                (max(r.max_runtime_s - r.runtime_s, 0.0), r.gpus) for r in mine if r.max_runtime_s is not None
+                (max(r.max_runtime_s - r.runtime_s, 0.0), r.gpus)
+                for r in running
+                if r.max_runtime_s is not None and (every_type or r.gpu_type == gpu_type)
             ]
             heapq.heapify(releases)
             pools[gpu_type] = _Pool(free, releases)

@@ -66,10 +66,15 @@ class PendingJob:
     # cached_property (a lock and a dict lookup per read) cost seconds there.
     gpus: int = field(init=False, repr=False, compare=False)
     widest: int = field(init=False, repr=False, compare=False)
+    # What it asks for, as the planner groups jobs that fare alike: plain tuples, since a
+    # frozen dataclass (TaskDemand) hashes in Python, and the planner hashes this often.
+    asks: tuple[object, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", sum(t.instances * t.gpus for t in self.tasks))
         object.__setattr__(self, "widest", max((t.gpus for t in self.tasks), default=0))
+        tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb) for t in self.tasks)
+        object.__setattr__(self, "asks", (self.vc, tasks, self.gpu_type, self.topology, self.priority))
 
     def progressed(self, version: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
         """The same job as a later cycle reads it: only these three can have changed.
@@ -83,9 +88,13 @@ class PendingJob:
         return job
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RunningJob:
-    """A placed job (SCHEDULED or RUNNING) as the policy sees it."""
+    """A placed job (SCHEDULED or RUNNING) as the policy sees it.
+
+    Read-only by convention, not ``frozen``: a cycle builds one per placed job (thousands)
+    and a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    four times the cost of a slotted one."""
 
     job_id: str
     vc: str
@@ -102,7 +111,9 @@ class RunningJob:
     gpus: int = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", sum(len(gpus) for _, gpus in self.slices))
+        slices = self.slices
+        # Most jobs hold one slice; thousands are built per cycle.
+        self.gpus = len(slices[0][1]) if len(slices) == 1 else sum([len(gpus) for _, gpus in slices])
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,7 @@ class VirtualCluster:
     max_gpus_per_user: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeCapacity:
     node_id: str
     free_gpus: list[int]
@@ -155,9 +166,9 @@ class Preemption:
     for_job: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Waiting:
-    """Why a job is still pending after a cycle."""
+    """Why a job is still pending after a cycle (slotted, not frozen, for RunningJob's reason)."""
 
     job_id: str
     reason: PendingReason

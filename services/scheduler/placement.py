@@ -34,6 +34,7 @@ Nothing is changed unless the whole gang fits: a failed attempt gives back what 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 
 from services.scheduler.model import InstancePlacement, NodeCapacity, PendingJob
 
@@ -50,22 +51,28 @@ class NodeIndex:
         self._rack_free: dict[tuple[str, str], int] = {}
         self._largest: dict[str, int] = {}
         self._racks: dict[str, list[str]] = {}
-        for node in sorted(nodes, key=lambda n: n.node_id):
-            self.nodes[node.node_id] = node
-            if node.total_gpus <= 0:
+        # Built for every cycle over every ready node (thousands): hence the locals.
+        all_nodes, buckets_of, rack_buckets_of = self.nodes, self._buckets, self._rack_buckets
+        free_of, rack_free_of, largest = self._free, self._rack_free, self._largest
+        for node in sorted(nodes, key=attrgetter("node_id")):
+            node_id = node.node_id
+            all_nodes[node_id] = node
+            total = node.total_gpus
+            if total <= 0:
                 continue
-            kind, free = node.gpu_type, len(node.free_gpus)
-            size = max(node.total_gpus, free)
-            for buckets in (
-                self._buckets.setdefault(kind, []),
-                self._rack_buckets.setdefault((kind, node.rack), []),
-            ):
-                while len(buckets) <= size:
+            kind, in_rack, free = node.gpu_type, (node.gpu_type, node.rack), len(node.free_gpus)
+            if kind not in buckets_of:
+                buckets_of[kind], free_of[kind], largest[kind] = [], 0, 0
+            if in_rack not in rack_buckets_of:
+                rack_buckets_of[in_rack], rack_free_of[in_rack] = [], 0
+            for buckets in (buckets_of[kind], rack_buckets_of[in_rack]):
+                while len(buckets) <= total or len(buckets) <= free:
                     buckets.append({})
-                buckets[free][node.node_id] = None
-            self._free[kind] = self._free.get(kind, 0) + free
-            self._rack_free[(kind, node.rack)] = self._rack_free.get((kind, node.rack), 0) + free
-            self._largest[kind] = max(self._largest.get(kind, 0), node.total_gpus)
+                buckets[free][node_id] = None
+            free_of[kind] += free
+            rack_free_of[in_rack] += free
+            if total > largest[kind]:
+                largest[kind] = total
         self._types = sorted(self._buckets, key=lambda kind: (-self._free[kind], kind))
         for kind, rack in sorted(self._rack_buckets):
             self._racks.setdefault(kind, []).append(rack)

@@ -56,6 +56,7 @@ in the order above, and, when the running jobs' limits allow it, an estimated st
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -130,9 +131,7 @@ class _Planner:
         self.largest_unready = largest_unready
         self.settings = settings
         self.result = Plan()
-        self.tally = Tally()
-        for job in running:
-            self.tally.add(job.vc, job.user, job.gpu_type, job.gpus, job.borrowed)
+        self.tally = Tally.of(running)
         self.cluster_gpus = sum(node.total_gpus for node in nodes if node.total_gpus > 0)
         self.victims = VictimFinder(self.index, running, settings, self.cluster_gpus)
         # Gang shapes that found no place and no victims this cycle: the same shape cannot
@@ -141,7 +140,7 @@ class _Planner:
         self.hopeless: set[tuple[object, ...]] = set()
         self.free_at_start = {kind: self.index.free(kind) for kind in self.index.types()}
         self.reservation: _Reservation | None = None
-        self._order = {job.job_id: n for n, job in enumerate(pending)}
+        self._order = dict(zip([job.job_id for job in pending], range(len(pending)), strict=True))
         # Bumped whenever the cycle changes what an explanation reads (a placement, a
         # preemption, a reservation): between two bumps, jobs of one shape wait for the
         # same reason in the same words, so thousands of waiting jobs cost a few
@@ -149,6 +148,9 @@ class _Planner:
         self.version = 0
         self._explained: dict[tuple[object, ...], tuple[PendingReason, str]] = {}
         self._explained_at = 0  # the version the memo holds answers for
+        self._guaranteed: dict[tuple[str, str | None, int], list[str]] = {}  # as _explained
+        self._guaranteed_at = 0
+        self._levels: dict[str, int] = {}  # service level by job: see level_of
 
     # --- quota ------------------------------------------------------------------------
 
@@ -163,42 +165,58 @@ class _Planner:
         return [job.gpu_type] if job.gpu_type is not None else self.index.types()
 
     def guaranteed_types(self, job: PendingJob) -> list[str]:
-        """Types on which the whole job fits in its VC's remaining quota, most room first."""
-        types = [t for t in self.candidate_types(job) if self.headroom(job, t) >= job.gpus]
-        if len(types) < 2:
-            return types
-        return sorted(types, key=lambda t: -self.headroom(job, t))
+        """Types on which the whole job fits in its VC's remaining quota, most room first
+        (memoised until the tally next changes, which bumps ``version``)."""
+        if self._guaranteed_at != self.version:
+            self._guaranteed, self._guaranteed_at = {}, self.version
+        key = (job.vc, job.gpu_type, job.gpus)
+        types = self._guaranteed.get(key)
+        if types is None:
+            types = [t for t in self.candidate_types(job) if self.headroom(job, t) >= job.gpus]
+            if len(types) > 1:
+                types.sort(key=lambda t: -self.headroom(job, t))
+            self._guaranteed[key] = types
+        return types
 
     def has_quota(self, job: PendingJob) -> bool:
         return any(self.quota(job.vc, t) > 0 for t in self.candidate_types(job))
 
     def level_of(self, job: PendingJob) -> int:
         """Its service level (least attained service), or -1 when the starvation guard
-        promoted it: it then ranks before, and may preempt, every job of its priority."""
-        if self.settings.promoted(job.waited_s, job.gpus, self.cluster_gpus):
-            return -1
-        return self.settings.service_level(job.attained_gpu_s)
+        promoted it: it then ranks before, and may preempt, every job of its priority.
+        Fixed for the cycle, so worked out once per job."""
+        level = self._levels.get(job.job_id)
+        if level is None:
+            if self.settings.promoted(job.waited_s, job.gpus, self.cluster_gpus):
+                level = -1
+            else:
+                level = self.settings.service_level(job.attained_gpu_s)
+            self._levels[job.job_id] = level
+        return level
 
     # --- the cycle --------------------------------------------------------------------
 
     def ordered(self) -> list[PendingJob]:
         within_quota: dict[tuple[str, str | None, int], bool] = {}  # by what decides it
 
-        level = self.level_of
+        level, order = self.level_of, self._order
+        per_user, borrowed = self.tally.per_user, self.tally.borrowed
 
         def key(job: PendingJob) -> tuple[int, int, int, int, int, int]:
-            user_gpus = self.tally.per_user.get((job.vc, job.user), 0)
             kind = (job.vc, job.gpu_type, job.gpus)
             fits = within_quota.get(kind)
             if fits is None:
                 fits = within_quota[kind] = job.gpus == 0 or any(
                     self.headroom(job, t) >= job.gpus for t in self.candidate_types(job)
                 )
-            service = level(job)
-            if fits:
-                return (0, 0, -job.priority, service, user_gpus, self._order[job.job_id])
-            borrowed = self.tally.borrowed.get(job.vc, 0)
-            return (1, borrowed, -job.priority, service, user_gpus, self._order[job.job_id])
+            return (
+                0 if fits else 1,
+                0 if fits else borrowed.get(job.vc, 0),
+                -job.priority,
+                level(job),
+                per_user.get((job.vc, job.user), 0),
+                order[job.job_id],
+            )
 
         return sorted(self.pending, key=key)
 
@@ -225,22 +243,22 @@ class _Planner:
         """Place, preempt for, or explain one job; None when it was placed."""
         cluster = self.vcs.get(job.vc)
         limit = cluster.max_gpus_per_user if cluster else None
-        in_use = self.tally.per_user.get((job.vc, job.user), 0)
-        if limit is not None and job.gpus and in_use + job.gpus > limit:
-            return "UserLimit", (
-                f"user {job.user} holds {in_use} GPUs in virtual cluster {job.vc}, whose limit per"
-                f" user is {limit}; this job needs {job.gpus} more"
-            )
+        if limit is not None and job.gpus:
+            in_use = self.tally.per_user.get((job.vc, job.user), 0)
+            if in_use + job.gpus > limit:
+                return "UserLimit", (
+                    f"user {job.user} holds {in_use} GPUs in virtual cluster {job.vc}, whose limit per"
+                    f" user is {limit}; this job needs {job.gpus} more"
+                )
         if job.gpus == 0:
             if self.try_place(job, "", borrowed=False):
                 return None
             return "InsufficientGPUs", "no ready node to run it on"
-        types = self.candidate_types(job)
         guaranteed = self.guaranteed_types(job)
         shape = self.shape_of(job, bool(guaranteed))
         if shape in self.hopeless:
             return self.explain(job, guaranteed, shape)
-        reason = self.place_or_preempt(job, types, guaranteed, shape)
+        reason = self.place_or_preempt(job, self.candidate_types(job), guaranteed, shape)
         if reason is None or reason[0] == "WaitingForPreemption":
             return reason
         self.hopeless.add(shape)
@@ -256,7 +274,7 @@ class _Planner:
             and job.max_runtime_s <= reservation.start_s
         )
         service = self.level_of(job)  # decides its victims
-        return (job.vc, job.tasks, job.gpu_type, job.topology, job.priority, service, guaranteed, backfill)
+        return (job.asks, service, guaranteed, backfill)
 
     def place_or_preempt(
         self, job: PendingJob, types: list[str], guaranteed: list[str], shape: tuple[object, ...]
@@ -331,18 +349,25 @@ class _Planner:
 
     def reserve(self, job: PendingJob, gpu_type: str) -> None:
         """Withhold the free GPUs of the nodes that will hold ``job`` soonest."""
-        releases = sorted(
-            (r for r in self.victims.running_on.get(gpu_type, ()) if r.job_id not in self.victims.claimed),
-            key=lambda r: (
-                r.max_runtime_s is None,
-                (r.max_runtime_s - r.runtime_s) if r.max_runtime_s is not None else -r.runtime_s,
-                r.job_id,
-            ),
-        )
+        claimed = self.victims.claimed
+        # Soonest to end first (at its limit; those without one, oldest first, last). A
+        # heap: the search usually stops after a few of the thousands of running jobs.
+        releases = [
+            (
+                (False, r.max_runtime_s - r.runtime_s, r.job_id, n)
+                if r.max_runtime_s is not None
+                else (True, -r.runtime_s, r.job_id, n)
+            )
+            for n, r in enumerate(self.victims.running_on.get(gpu_type, ()))
+            if r.job_id not in claimed
+        ]
+        heapq.heapify(releases)
+        running_of_type = self.victims.running_on.get(gpu_type, [])
         given: list[tuple[str, tuple[int, ...]]] = []
         start_s = 0.0
         placements = None
-        for running in releases:
+        while releases:
+            running = running_of_type[heapq.heappop(releases)[3]]
             for node_id, gpus in running.slices:
                 if node_id in self.index.nodes:
                     self.index.give(node_id, gpus)
@@ -393,8 +418,9 @@ class _Planner:
         self, job: PendingJob, guaranteed: list[str], shape: tuple[object, ...]
     ) -> tuple[PendingReason, str]:
         """Why a job that was neither placed nor given victims waits (memoised by shape
-        until the cycle next changes the state; see ``version``)."""
-        key = (shape, tuple(guaranteed))
+        until the cycle next changes the state; see ``version``: until then the shape also
+        says which types are ``guaranteed``, from what the job asks)."""
+        key = shape
         cached = self._explained.get(key) if self._explained_at == self.version else None
         if cached is not None:
             return cached

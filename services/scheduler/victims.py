@@ -46,8 +46,12 @@ class VictimFinder:
         self.running_on: dict[str, list[RunningJob]] = {}  # by GPU type
         for job in running:
             if job.gpus:
-                self.running_on.setdefault(job.gpu_type, []).append(job)
+                of_type = self.running_on.get(job.gpu_type)
+                if of_type is None:
+                    of_type = self.running_on[job.gpu_type] = []
+                of_type.append(job)
         self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
+        self._reclaimable: dict[str, list[RunningJob]] = {}  # by_cost's head, sorted on first use
         self._by_service: dict[str, list[RunningJob]] = {}  # most attained service first
         self._top_level: dict[str, int] = {}
         self.claimed: set[str] = set()  # victims promised to a job this cycle
@@ -57,11 +61,21 @@ class VictimFinder:
         """Running jobs of a type as possible victims, cheapest first: already stopping,
         borrowed, lowest priority, least progress lost."""
         if gpu_type not in self._by_cost:
-            self._by_cost[gpu_type] = sorted(
-                self.running_on.get(gpu_type, ()),
+            guaranteed = [r for r in self.running_on.get(gpu_type, ()) if not (r.preempting or r.borrowed)]
+            guaranteed.sort(key=lambda r: (r.priority, r.runtime_s, r.job_id))
+            self._by_cost[gpu_type] = self.reclaimable(gpu_type) + guaranteed
+        return self._by_cost[gpu_type]
+
+    def reclaimable(self, gpu_type: str) -> list[RunningJob]:
+        """The head of ``by_cost``: the jobs already stopping, then the borrowed ones. All
+        that the reclaim and priority rules can take, so only the own-VC rule (rare) pays
+        for sorting the guaranteed jobs behind them."""
+        if gpu_type not in self._reclaimable:
+            self._reclaimable[gpu_type] = sorted(
+                (r for r in self.running_on.get(gpu_type, ()) if r.preempting or r.borrowed),
                 key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id),
             )
-        return self._by_cost[gpu_type]
+        return self._reclaimable[gpu_type]
 
     def by_service(self, gpu_type: str) -> list[RunningJob]:
         """Running jobs of a type, already stopping first, then most attained service."""
@@ -112,7 +126,7 @@ class VictimFinder:
             yield from self.service_candidates(job, gpu_type, level)
             return
         min_runtime = self.settings.min_runtime_s
-        for running in self.by_cost(gpu_type):
+        for running in self.by_cost(gpu_type) if rule == "own_vc" else self.reclaimable(gpu_type):
             # The order is (stopping, borrowed, priority, ...): once past what the rule can
             # take, nothing further can be taken either.
             if not running.preempting and not running.borrowed and rule != "own_vc":

@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.model import NodeCapacity, PendingJob, RunningJob, TaskDemand, VirtualCluster
+from services.scheduler.placement import NodeIndex
 from services.scheduler.planner import PlanSettings, plan
+from services.scheduler.tally import Tally
+from services.scheduler.victims import VictimFinder
 
 TYPES = ("H100", "A100")
 VC_NAMES = ("a", "b", "c")
@@ -181,3 +184,26 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
     waiting = [w.job_id for w in result.waiting]
     assert sorted(placed + waiting) == sorted(asking), "every pending job is placed or has one reason"
     assert [w.position for w in result.waiting] == list(range(1, len(waiting) + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenario=scenarios())
+def test_the_cycles_shortcuts_agree_with_their_plain_definitions(scenario: Scenario) -> None:
+    """What the planner builds fast for thousands of jobs a cycle equals its plain form:
+    victims cheapest first (with the stopping and borrowed jobs as the head that the
+    reclaim and priority rules read alone), and the tally of what running jobs hold."""
+    finder = VictimFinder(NodeIndex(scenario.nodes), scenario.running, PlanSettings())
+    for gpu_type in TYPES:
+        mine = [r for r in scenario.running if r.gpu_type == gpu_type and r.gpus]
+        cheapest = sorted(
+            mine, key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id)
+        )
+        assert finder.by_cost(gpu_type) == cheapest
+        head = finder.reclaimable(gpu_type)
+        assert head == cheapest[: len(head)]
+        assert all(r.preempting or r.borrowed for r in head)
+        assert not any(r.preempting or r.borrowed for r in cheapest[len(head) :])
+    one_by_one = Tally()
+    for r in scenario.running:
+        one_by_one.add(r.vc, r.user, r.gpu_type, r.gpus, r.borrowed)
+    assert Tally.of(scenario.running) == one_by_one
