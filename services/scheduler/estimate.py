@@ -75,7 +75,7 @@ def estimate_starts(
         elif reason in NO_ESTIMATE:
             start = None
         else:
-            kind = pool(job.gpu_type or ANY_TYPE)
+            kind = pools.get(job.gpu_type or ANY_TYPE) or pool(job.gpu_type or ANY_TYPE)
             start = kind.start_of(job.gpus)
             if job.job_id == reserved_job and math.isfinite(reservation_start_s):
                 start = max(start or 0.0, reservation_start_s)

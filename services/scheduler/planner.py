@@ -140,7 +140,6 @@ class _Planner:
         self.hopeless: set[tuple[object, ...]] = set()
         self.free_at_start = {kind: self.index.free(kind) for kind in self.index.types()}
         self.reservation: _Reservation | None = None
-        self._order = dict(zip([job.job_id for job in pending], range(len(pending)), strict=True))
         # Bumped whenever the cycle changes what an explanation reads (a placement, a
         # preemption, a reservation): between two bumps, jobs of one shape wait for the
         # same reason in the same words, so thousands of waiting jobs cost a few
@@ -199,10 +198,12 @@ class _Planner:
     def ordered(self) -> list[PendingJob]:
         within_quota: dict[tuple[str, str | None, int], bool] = {}  # by what decides it
 
-        level, order = self.level_of, self._order
+        level = self.level_of
         per_user, borrowed = self.tally.per_user, self.tally.borrowed
 
-        def key(job: PendingJob) -> tuple[int, int, int, int, int, int]:
+        # No submission-order term: ``pending`` comes in submission order and the sort is
+        # stable, so jobs alike in every term below keep that order.
+        def key(job: PendingJob) -> tuple[int, int, int, int, int]:
             kind = (job.vc, job.gpu_type, job.gpus)
             fits = within_quota.get(kind)
             if fits is None:
@@ -215,17 +216,17 @@ class _Planner:
                 -job.priority,
                 level(job),
                 per_user.get((job.vc, job.user), 0),
-                order[job.job_id],
             )
 
         return sorted(self.pending, key=key)
 
     def run(self) -> Plan:
         left: list[tuple[PendingJob, PendingReason, str]] = []
+        schedule = self.schedule
         for job in self.ordered():
-            reason = self.schedule(job)
+            reason = schedule(job)
             if reason is not None:
-                left.append((job, *reason))
+                left.append((job, reason[0], reason[1]))
         starts = estimate_starts(
             [(job, reason) for job, reason, _ in left],
             self.running,
@@ -257,6 +258,9 @@ class _Planner:
         guaranteed = self.guaranteed_types(job)
         shape = self.shape_of(job, bool(guaranteed))
         if shape in self.hopeless:
+            # Most of a busy queue comes here, thousands a cycle: the memo's answer at once.
+            if self._explained_at == self.version and shape in self._explained:
+                return self._explained[shape]
             return self.explain(job, guaranteed, shape)
         reason = self.place_or_preempt(job, self.candidate_types(job), guaranteed, shape)
         if reason is None or reason[0] == "WaitingForPreemption":
