@@ -13,11 +13,18 @@ transaction right after the change's: one place records every route, so no route
 forget to. The price is a window: if the process dies between the change's commit and
 the audit insert, that one row is missing. A failed audit insert (Postgres gone just
 then) is logged at error level and the answer still goes out: the change is already made.
+
+The submit, the busiest mutating call, closes that window: its one-statement path writes
+the audit row in the statement that stores the job (``AuditEntry``, built from the scope
+exactly as here), then says so (``audited_with_change``), and the middleware writes no
+second row for that status. One round trip fewer per submit, and a job never exists
+without its audit row.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -33,6 +40,39 @@ log = logging.getLogger(__name__)
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Path parameters that name what a call acts on, most specific first.
 _TARGET_PARAMS = ("delivery_id", "job_id", "webhook_id", "token_id", "alert_id", "silence_id", "node_id")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """Who makes a call, how and from where: an audit row less its target and status."""
+
+    username: str | None  # None: the token did not verify
+    token_id: str | None
+    method: str
+    route: str  # the route's template, never a raw path
+    client: str | None
+
+    @classmethod
+    def of(cls, scope: Scope) -> AuditEntry | None:
+        """The entry for a call that matched a route (None: no call was made)."""
+        route = getattr(scope.get("route"), "path", None)
+        if route is None:
+            return None  # matched no route (404/405, or refused before routing: 413)
+        principal: Principal | None = (scope.get("state") or {}).get("principal")
+        client = scope.get("client")
+        return cls(
+            principal.username if principal else None,
+            principal.token_id if principal else None,
+            scope["method"],
+            route,
+            client[0] if client else None,
+        )
+
+
+def audited_with_change(request: Request, status: int) -> None:
+    """The route wrote this call's audit row with its change, for ``status``: the
+    middleware writes none (a different status, e.g. a crash after it, still gets one)."""
+    request.state.audited_status = status
 
 
 def set_audit_target(request: Request, target: str) -> None:
@@ -85,20 +125,18 @@ class AuditLog:
             raise
 
     async def _record(self, scope: Scope, status: int) -> None:
-        route = getattr(scope.get("route"), "path", None)
-        if route is None:
-            return  # matched no route (404/405, or refused before routing: 413): no call was made
-        principal: Principal | None = (scope.get("state") or {}).get("principal")
-        client = scope.get("client")
+        entry = AuditEntry.of(scope)
+        if entry is None or (scope.get("state") or {}).get("audited_status") == status:
+            return  # no call was made, or its row went in with its change
         try:
             await self.repo.record_audit(
-                principal.username if principal else None,
-                principal.token_id if principal else None,
-                scope["method"],
-                route,
+                entry.username,
+                entry.token_id,
+                entry.method,
+                entry.route,
                 target_of(scope),
                 status,
-                client[0] if client else None,
+                entry.client,
             )
         except Exception:
-            log.exception("could not write the audit row of %s %s (%s)", scope["method"], route, status)
+            log.exception("could not write the audit row of %s %s (%s)", entry.method, entry.route, status)

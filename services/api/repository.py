@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from services.api.admission import ClusterShape, ShapeCache, check_can_ever_run
+from services.api.audit import AuditEntry
 from services.api.idempotency import IdempotencyKey
 from services.api.job_pages import JobCursor
 from shared.db.pool import Connection, Database
@@ -66,6 +67,7 @@ class ApiRepository:
         idempotency: IdempotencyKey | None = None,
         secrets_from: str | None = None,
         tags: list[str] | None = None,
+        audit: tuple[AuditEntry, int] | None = None,
     ) -> dict[str, Any]:
         """Store the job as PENDING and its ``job.submitted`` event, atomically.
 
@@ -74,7 +76,9 @@ class ApiRepository:
         are stored apart from the spec (``api.job_secrets``); ``secrets_from`` copies
         another job's (a resubmit). With ``idempotency``, a key this user already used for
         the same request returns that job instead (``replayed`` True in the answer), and
-        for another request raises ``IdempotencyKeyReused``."""
+        for another request raises ``IdempotencyKeyReused``. ``audit`` (the call's entry
+        and status): written with the job when the submit is one statement, and then
+        ``audited`` is True in the answer (services/api/audit.py)."""
         check_can_ever_run(spec, await self.shapes.get())
         job_id: JobId = new_job_id()
         event = JobSubmitted(
@@ -103,15 +107,21 @@ class ApiRepository:
             # The common submit: one statement (see submit_job_at_once). No row: the VC
             # check failed; the transaction below says why (or, should the VC have
             # appeared meanwhile, submits).
+            entry, status = audit if audit is not None else (None, None)
             row = await self.db.fetchrow(
                 SQL.submit_job_at_once,
                 *job_values,
                 vc_user,
                 *outbox_row(event, job_id),
                 notify_channel(SOURCE),
+                *(
+                    (entry.username, entry.token_id, entry.method, entry.route, status, entry.client)
+                    if entry is not None
+                    else (None,) * 6
+                ),
             )
             if row is not None:
-                return {**dict(row), "replayed": False}
+                return {**dict(row), "replayed": False, "audited": entry is not None}
         async with self.db.transaction() as conn:
             await self._check_vc(conn, spec, vc_user)
             if idempotency is not None:
@@ -119,7 +129,7 @@ class ApiRepository:
                 if earlier is not None:
                     row = await conn.fetchrow(SQL.get_job, earlier)
                     assert row is not None  # the key's job: deleted with it (cascade)
-                    return {**dict(row), "replayed": True}
+                    return {**dict(row), "replayed": True, "audited": False}
             row = await conn.fetchrow(SQL.insert_job, *job_values)
             if secrets:
                 await conn.execute(SQL.insert_job_secrets, job_id, list(secrets), list(secrets.values()))
@@ -129,7 +139,7 @@ class ApiRepository:
         if idempotency is not None:
             await idempotency.sweep(self.db)
         assert row is not None
-        return {**dict(row), "replayed": False}
+        return {**dict(row), "replayed": False, "audited": False}
 
     async def check_submittable(self, spec: JobSpec, vc_user: str | None) -> None:
         """The checks of a submit, storing nothing (for dry runs)."""

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from pydantic import AwareDatetime
 
-from services.api.audit import set_audit_target
+from services.api.audit import AuditEntry, audited_with_change, set_audit_target
 from services.api.auth import AuthenticatedPrincipal, Principal
 from services.api.deps import ask_scheduler, repository
 from services.api.event_hub import EventHub
@@ -47,9 +47,12 @@ async def _visible_job(repo: ApiRepository, job_id: str, principal: Principal) -
     return job
 
 
+SUBMITTED = 201
+
+
 @router.post(
     "",
-    status_code=201,
+    status_code=SUBMITTED,
     operation_id="submitJob",
     response_model=JobView,
     openapi_extra=OPENAPI_BODY,
@@ -79,12 +82,20 @@ async def submit_job(
     if idempotency_key is not None:
         retention_s = request.app.state.api_settings.idempotency_retention_s
         key = IdempotencyKey(check_key(idempotency_key), job.digest, retention_s)
+    entry = AuditEntry.of(request.scope)
     row = await repository(request).submit_job(
-        job.spec, principal.username, principal.vc_user, secrets=job.secrets, idempotency=key
+        job.spec,
+        principal.username,
+        principal.vc_user,
+        secrets=job.secrets,
+        idempotency=key,
+        audit=(entry, SUBMITTED) if entry is not None else None,
     )
     if row["replayed"]:
         response.headers[REPLAYED_HEADER] = "true"
     set_audit_target(request, row["id"])
+    if row["audited"]:
+        audited_with_change(request, SUBMITTED)
     return JobView.from_rows(row, [])
 
 

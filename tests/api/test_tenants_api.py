@@ -20,6 +20,7 @@ from services.api.app import create_app
 from services.api.auth import current_principal, hash_token
 from services.api.repository import SQL, ApiRepository
 from services.api.settings import Settings
+from services.api.tenant_repository import TenantRepository
 from shared.db.pool import Database
 from shared.service import Health
 
@@ -278,6 +279,25 @@ async def test_every_mutating_call_is_in_the_audit_log(teams: Teams) -> None:
     assert [(e["route"], e["status"]) for e in by_alice["items"]] == [("/api/v1/jobs", 403)]
     on_job = (await teams.admin.get("/api/v1/audit", params={"target": job})).json()["items"]
     assert len(on_job) == 2
+
+
+async def test_a_submit_writes_its_audit_row_with_the_job(
+    teams: Teams, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The submit's row goes in the statement that stores the job, so it is there even when
+    the middleware's own insert fails (which other calls' rows then miss: logged, the
+    answer still goes out)."""
+
+    async def broken(*_args: object) -> None:
+        raise ConnectionError("the audit insert failed")
+
+    monkeypatch.setattr(TenantRepository, "record_audit", broken)
+    submitted = await teams.alice.post("/api/v1/jobs", json=_spec("vision"))
+    assert submitted.status_code == 201, submitted.text
+    job = submitted.json()["id"]
+    assert (await teams.alice.post(f"/api/v1/jobs/{job}/cancel")).status_code == 200
+    rows = await db.fetch("SELECT method, route, status, username FROM api.audit_log WHERE target = $1", job)
+    assert [tuple(r) for r in rows] == [("POST", "/api/v1/jobs", 201, "alice")]  # not the cancel's
 
 
 async def test_bad_tenant_input_is_refused_and_changes_nothing(teams: Teams, db: Database) -> None:

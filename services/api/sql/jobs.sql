@@ -10,8 +10,10 @@ RETURNING id, name, username, virtual_cluster, priority, spec, state, version, g
 -- so no BEGIN and COMMIT round trips (a third of a submit's time went to round trips).
 -- The VC check of vc_for_submit ($10 NULL: an admin; FOR SHARE: the VC cannot be
 -- deleted under it), the job row of insert_job, its event's outbox row ($11-$16, from
--- shared.outbox.outbox_row) and the relays' NOTIFY on channel $17. No row: the VC check
--- failed and nothing was written (repository.submit_job then finds out why).
+-- shared.outbox.outbox_row), the relays' NOTIFY on channel $17, and the call's audit row
+-- ($18-$23: services/api/audit.py's AuditEntry and status; none when $20, the method, is
+-- NULL). No row: the VC check failed and nothing was written (repository.submit_job then
+-- finds out why).
 WITH vc AS (
     SELECT v.name FROM api.virtual_clusters v
     WHERE v.name = $4
@@ -29,6 +31,10 @@ WITH vc AS (
     INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
     SELECT $11, $12, $13, $14, $15, $16 FROM job
     RETURNING id
+), audit AS (
+    -- (A data-modifying WITH runs whether or not the query reads it.)
+    INSERT INTO api.audit_log (username, token_id, method, route, target, status, client)
+    SELECT $18, $19, $20, $21, job.id, $22, $23 FROM job WHERE $20::text IS NOT NULL
 )
 SELECT job.* FROM job, (SELECT count(*) FROM event, pg_notify($17, $14::text)) AS notified;
 
