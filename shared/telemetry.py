@@ -2,7 +2,7 @@
 
 One job's submit → schedule → launch → exit is one trace across processes:
 
-- the API's request is a server span (FastAPI instrumentation, ``services/api/app.py``);
+- the API's request is a server span (FastAPI's own telemetry, ``services/api/tracing.py``);
 - ``outbox.append`` stores the current ``traceparent`` with the event (row and envelope);
 - the relay publishes each row in a ``send`` span (PRODUCER) whose context replaces the
   stored one in the NATS header;

@@ -11,7 +11,6 @@ import asyncio
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
-from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from services.api.audit import AuditLog
@@ -39,6 +38,7 @@ from services.api.routes_vcs import router as vcs_router
 from services.api.routes_webhooks import router as webhooks_router
 from services.api.settings import Settings
 from services.api.tenant_repository import TenantRepository
+from services.api.tracing import telemetry_config
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.metrics import HttpMetrics, exposition
 from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
@@ -58,6 +58,8 @@ def create_app(
         title="Corral API",
         version="1",
         description="Submit and follow training jobs on a Corral GPU cluster.",
+        # Each request is a server span, the root of the trace its events continue.
+        telemetry=telemetry_config(),
     )
     app.state.repo = repo
     app.state.token_cache = TokenCache()
@@ -78,11 +80,6 @@ def create_app(
         submit_burst=settings.api.submit_rate_limit_burst,
     )
     app.add_middleware(HttpMetrics)
-    # Each request is a server span, the root of the trace its events continue. The ASGI
-    # receive/send spans (one per body chunk) would only add noise.
-    FastAPIInstrumentor.instrument_app(
-        app, excluded_urls="healthz,readyz,metrics", exclude_spans=["receive", "send"]
-    )
     install_problem_handlers(app)
     app.include_router(jobs_router)
     app.include_router(nodes_router)
