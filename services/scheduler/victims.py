@@ -50,21 +50,31 @@ class VictimFinder:
                 if of_type is None:
                     of_type = self.running_on[job.gpu_type] = []
                 of_type.append(job)
-        self._by_cost: dict[str, list[RunningJob]] = {}  # sorted on first use: see by_cost
+        self._by_cost: dict[tuple[str, str], list[RunningJob]] = {}  # sorted on first use: see by_cost
+        self._guaranteed: dict[str, dict[str, list[RunningJob]]] = {}  # by type, then VC
         self._reclaimable: dict[str, list[RunningJob]] = {}  # by_cost's head, sorted on first use
         self._by_service: dict[str, list[RunningJob]] = {}  # most attained service first
         self._top_level: dict[str, int] = {}
         self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.searches = 0
 
-    def by_cost(self, gpu_type: str) -> list[RunningJob]:
-        """Running jobs of a type as possible victims, cheapest first: already stopping,
-        borrowed, lowest priority, least progress lost."""
-        if gpu_type not in self._by_cost:
-            guaranteed = [r for r in self.running_on.get(gpu_type, ()) if not (r.preempting or r.borrowed)]
-            guaranteed.sort(key=lambda r: (r.priority, r.runtime_s, r.job_id))
-            self._by_cost[gpu_type] = self.reclaimable(gpu_type) + guaranteed
-        return self._by_cost[gpu_type]
+    def by_cost(self, gpu_type: str, vc: str) -> list[RunningJob]:
+        """Running jobs of a type that a job of ``vc`` could take, cheapest first: already
+        stopping, borrowed (of any VC), then ``vc``'s own guaranteed ones; lowest priority,
+        then least progress lost. Other VCs' guaranteed jobs are no one's victims but their
+        own VC's, so each VC's are sorted apart, when a job of that VC first asks."""
+        if (gpu_type, vc) not in self._by_cost:
+            if gpu_type not in self._guaranteed:  # one pass groups the type's by VC
+                by_vc: dict[str, list[RunningJob]] = {}
+                for r in self.running_on.get(gpu_type, ()):
+                    if not (r.preempting or r.borrowed):
+                        by_vc.setdefault(r.vc, []).append(r)
+                self._guaranteed[gpu_type] = by_vc
+            own = sorted(
+                self._guaranteed[gpu_type].get(vc, ()), key=lambda r: (r.priority, r.runtime_s, r.job_id)
+            )
+            self._by_cost[(gpu_type, vc)] = self.reclaimable(gpu_type) + own
+        return self._by_cost[(gpu_type, vc)]
 
     def reclaimable(self, gpu_type: str) -> list[RunningJob]:
         """The head of ``by_cost``: the jobs already stopping, then the borrowed ones. All
@@ -126,7 +136,7 @@ class VictimFinder:
             yield from self.service_candidates(job, gpu_type, level)
             return
         min_runtime = self.settings.min_runtime_s
-        for running in self.by_cost(gpu_type) if rule == "own_vc" else self.reclaimable(gpu_type):
+        for running in self.by_cost(gpu_type, job.vc) if rule == "own_vc" else self.reclaimable(gpu_type):
             # The order is (stopping, borrowed, priority, ...): once past what the rule can
             # take, nothing further can be taken either.
             if not running.preempting and not running.borrowed and rule != "own_vc":

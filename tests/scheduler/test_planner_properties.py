@@ -191,14 +191,17 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
 def test_the_cycles_shortcuts_agree_with_their_plain_definitions(scenario: Scenario) -> None:
     """What the planner builds fast for thousands of jobs a cycle equals its plain form:
     victims cheapest first (with the stopping and borrowed jobs as the head that the
-    reclaim and priority rules read alone), and the tally of what running jobs hold."""
+    reclaim and priority rules read alone, and a VC's own guaranteed jobs after them),
+    and the tally of what running jobs hold."""
     finder = VictimFinder(NodeIndex(scenario.nodes), scenario.running, PlanSettings())
     for gpu_type in TYPES:
         mine = [r for r in scenario.running if r.gpu_type == gpu_type and r.gpus]
         cheapest = sorted(
             mine, key=lambda r: (not r.preempting, not r.borrowed, r.priority, r.runtime_s, r.job_id)
         )
-        assert finder.by_cost(gpu_type) == cheapest
+        for vc in VC_NAMES:  # what a job of the VC could take: never another VC's guaranteed jobs
+            mine_to_take = [r for r in cheapest if r.preempting or r.borrowed or r.vc == vc]
+            assert finder.by_cost(gpu_type, vc) == mine_to_take
         head = finder.reclaimable(gpu_type)
         assert head == cheapest[: len(head)]
         assert all(r.preempting or r.borrowed for r in head)
