@@ -21,7 +21,7 @@ A cycle's time is the snapshot (nodes and running jobs) plus the plan: what the 
 Postgres. The reads and the one commit per cycle come on top (measured by ``bench.e2e``
 on the whole stack). ``placements_per_s`` = placements / total cycle time; the cycle
 percentiles are over every cycle that had pending jobs. The process's garbage collector
-is set up as every service's is (``shared/gc_tuning.py``). ``--clock cpu`` times cycles
+is set up as the scheduler's is (``shared/gc_tuning.py``). ``--clock cpu`` times cycles
 in this process's CPU time instead of wall time: the figure to compare on a shared
 machine, where another tenant's load shows in wall time.
 """

@@ -17,8 +17,7 @@ Services run on uvloop's event loop: they mostly wait on sockets (Postgres, NATS
 and uvloop does an asyncpg round trip for ~22 % less CPU than asyncio's own loop here
 (docs/performance.md). The node agent keeps asyncio's loop (see ``run_service``). Tests
 that run a service's parts in-process use pytest's standard loop; nothing in Corral
-depends on which loop it is. Every service also runs with the garbage collector set up
-by ``shared/gc_tuning.py`` (frozen start-up, rare young collections).
+depends on which loop it is.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ from shared.bus.nats import NatsBus
 from shared.db.migrations import apply_migrations
 from shared.db.pool import DATABASE_ERRORS, Database, connect
 from shared.deadletters import PostgresDeadLetters
-from shared.gc_tuning import tune_garbage_collector
 from shared.liveness import Liveness
 from shared.metrics import metrics_route
 from shared.outbox import OutboxRelay
@@ -216,7 +214,6 @@ def run_service(
             raise
         return 0
 
-    tune_garbage_collector()
     try:
         factory = uvloop.new_event_loop if event_loop == "uvloop" else None
         with asyncio.Runner(loop_factory=factory) as loop_runner:

@@ -13,6 +13,7 @@ from services.scheduler.planner import PlanSettings
 from services.scheduler.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.dry_run import DRY_RUN_QUEUE, DRY_RUN_SUBJECT
+from shared.gc_tuning import tune_garbage_collector
 from shared.service import run_service, service_resources
 
 
@@ -43,4 +44,6 @@ async def serve(settings: Settings) -> None:
 
 def main() -> int:
     settings = Settings()
+    # A cycle keeps ~100,000 records alive at 5,000 nodes: see shared/gc_tuning.py.
+    tune_garbage_collector()
     return run_service("scheduler", lambda: serve(settings))

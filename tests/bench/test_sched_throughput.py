@@ -13,7 +13,7 @@ from bench.sched_throughput import main, run
 
 @pytest.fixture
 def restored_gc() -> Iterator[None]:
-    """``main`` sets up this process's garbage collector as a service's: undone after."""
+    """``main`` sets up this process's garbage collector as the scheduler's: undone after."""
     threshold = gc.get_threshold()
     yield
     gc.unfreeze()

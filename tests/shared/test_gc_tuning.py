@@ -1,4 +1,4 @@
-"""Every service's garbage collector: start-up frozen, young collections rare (shared/gc_tuning.py)."""
+"""The scheduler's garbage collector: start-up frozen, young collections rare (shared/gc_tuning.py)."""
 
 from __future__ import annotations
 
