@@ -56,10 +56,8 @@ in the order above, and, when the running jobs' limits allow it, an estimated st
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from services.scheduler.estimate import estimate_starts
 from services.scheduler.model import (
@@ -76,20 +74,11 @@ from services.scheduler.model import (
     VirtualCluster,
     Waiting,
 )
-from services.scheduler.placement import NodeIndex, place_gang, unplace
+from services.scheduler.placement import NodeIndex, place_gang
 from services.scheduler.reasons import why_waiting
+from services.scheduler.reservation import Reservation, find_reservation
 from services.scheduler.tally import Tally
 from services.scheduler.victims import Candidate, VictimFinder
-
-
-@dataclass
-class _Reservation:
-    job_id: str
-    gpus: dict[str, list[int]]  # withheld free GPUs, by node
-    start_s: float  # when the job is expected to fit (inf: not known)
-
-    def held(self) -> int:
-        return sum(len(gpus) for gpus in self.gpus.values())
 
 
 def plan(
@@ -139,7 +128,7 @@ class _Planner:
         # so the next job of that shape goes straight to its reason.
         self.hopeless: set[tuple[object, ...]] = set()
         self.free_at_start = {kind: self.index.free(kind) for kind in self.index.types()}
-        self.reservation: _Reservation | None = None
+        self.reservation: Reservation | None = None
         # Bumped whenever the cycle changes what an explanation reads (a placement, a
         # preemption, a reservation): between two bumps, jobs of one shape wait for the
         # same reason in the same words, so thousands of waiting jobs cost a few
@@ -352,54 +341,12 @@ class _Planner:
         return placed
 
     def reserve(self, job: PendingJob, gpu_type: str) -> None:
-        """Withhold the free GPUs of the nodes that will hold ``job`` soonest."""
-        claimed = self.victims.claimed
-        # Soonest to end first (at its limit; those without one, oldest first, last). A
-        # heap: the search usually stops after a few of the thousands of running jobs.
-        releases = [
-            (
-                (False, r.max_runtime_s - r.runtime_s, r.job_id, n)
-                if r.max_runtime_s is not None
-                else (True, -r.runtime_s, r.job_id, n)
-            )
-            for n, r in enumerate(self.victims.running_on.get(gpu_type, ()))
-            if r.job_id not in claimed
-        ]
-        heapq.heapify(releases)
-        running_of_type = self.victims.running_on.get(gpu_type, [])
-        given: list[tuple[str, tuple[int, ...]]] = []
-        start_s = 0.0
-        placements = None
-        while releases:
-            running = running_of_type[heapq.heappop(releases)[3]]
-            for node_id, gpus in running.slices:
-                if node_id in self.index.nodes:
-                    self.index.give(node_id, gpus)
-                    given.append((node_id, gpus))
-            remaining = (
-                (running.max_runtime_s - running.runtime_s) if running.max_runtime_s is not None else math.inf
-            )
-            start_s = max(start_s, remaining, 0.0)
-            placements = place_gang(job, self.index, gpu_type)
-            if placements is not None:
-                break
-        if placements is not None:
-            unplace(self.index, job, placements)
-        for node_id, gpus in given:
-            self.index.take_exact(node_id, gpus)
-        if placements is None:
-            return  # it cannot fit even when everything ends (unhealthy nodes): nothing to hold
-        busy = {(node_id, g) for node_id, gpus in given for g in gpus}
-        withheld: dict[str, list[int]] = {}
-        for placement in placements:
-            node_id = placement.node_id
-            now_free = [g for g in placement.gpu_indices if (node_id, g) not in busy]
-            # GPUs of the placement that were free before the what-if are withheld now.
-            if now_free:
-                self.index.take_exact(placement.node_id, now_free)
-                withheld.setdefault(placement.node_id, []).extend(now_free)
-        self.reservation = _Reservation(job.job_id, withheld, start_s)
-        self.version += 1
+        """Withhold the free GPUs of the nodes that will hold ``job`` soonest (reservation.py)."""
+        self.reservation = find_reservation(
+            job, gpu_type, self.index, self.victims.running_on.get(gpu_type, []), self.victims.claimed
+        )
+        if self.reservation is not None:
+            self.version += 1
 
     # --- preemption -------------------------------------------------------------------
 
