@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -155,15 +157,28 @@ def run_slurm_peer(jobs: int) -> dict[str, Any]:
     if os.geteuid() != 0 or not (SLURM_DIR / "bench.sh").exists():
         return {"error": "the Slurm peer needs root and ../shared/peers/slurm"}
     subprocess.run(["bash", str(SLURM_DIR / "setup.sh")], check=True, capture_output=True, timeout=600)
-    output = subprocess.run(
-        ["bash", str(SLURM_DIR / "bench.sh"), str(jobs)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    ).stdout
+    try:
+        output = subprocess.run(
+            ["bash", str(SLURM_DIR / "bench.sh"), str(jobs)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        ).stdout
+    finally:
+        _stop_slurm_peer()
     result: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     return result
+
+
+def _stop_slurm_peer() -> None:
+    """Stop the daemons setup.sh started (it leaves them running, and stops them itself
+    only on its next run): a benchmark leaves nothing behind."""
+    # setup.sh's own default, where it writes the pid files (not a file we create).
+    home = Path(os.environ.get("SLURM_BENCH_DIR", "/tmp/slurm-bench"))  # noqa: S108
+    for pid_file in (home / "ctld.pid", home / "d.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:
