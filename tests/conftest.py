@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
@@ -77,3 +78,13 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
     await asyncio.sleep(0)
     leaked = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task() and not t.done()]
     assert not leaked, f"test leaked asyncio tasks: {leaked}"
+
+
+@pytest.fixture
+def restored_gc() -> Iterator[None]:
+    """For tests that set up the process's garbage collector as the scheduler does
+    (shared/gc_tuning.py): its thresholds and frozen objects are put back after."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)

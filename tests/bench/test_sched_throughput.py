@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
 
 import pytest
 
 from bench.sched_throughput import main, run
 
 
-@pytest.fixture
-def restored_gc() -> Iterator[None]:
-    """``main`` sets up this process's garbage collector as the scheduler's: undone after."""
-    threshold = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*threshold)
-
-
-@pytest.mark.usefixtures("restored_gc")
+@pytest.mark.usefixtures("restored_gc")  # main sets the collector up as the scheduler's
 @pytest.mark.parametrize("clock", ["wall", "cpu"])
 def test_a_small_run_places_every_job_once(capsys: pytest.CaptureFixture[str], clock: str) -> None:
     assert main(["--nodes", "20", "--jobs", "300", "--clock", clock]) == 0

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 
 import pytest
 
 from shared.gc_tuning import YOUNG_THRESHOLD, tune_garbage_collector
-
-
-@pytest.fixture
-def restored_gc() -> Iterator[None]:
-    threshold = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*threshold)
 
 
 @pytest.mark.usefixtures("restored_gc")
