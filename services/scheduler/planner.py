@@ -247,10 +247,7 @@ class _Planner:
         guaranteed = self.guaranteed_types(job)
         shape = self.shape_of(job, bool(guaranteed))
         if shape in self.hopeless:
-            # Most of a busy queue comes here, thousands a cycle: the memo's answer at once.
-            if self._explained_at == self.version and shape in self._explained:
-                return self._explained[shape]
-            return self.explain(job, guaranteed, shape)
+            return self.explain(job, guaranteed, shape)  # most of a busy queue: the memo's answer
         reason = self.place_or_preempt(job, self.candidate_types(job), guaranteed, shape)
         if reason is None or reason[0] == "WaitingForPreemption":
             return reason

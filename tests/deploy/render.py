@@ -84,3 +84,13 @@ def container_env(objects: list[Obj], container: Obj) -> dict[str, Obj]:
     for item in container.get("env", []):
         env[item["name"]] = {"value": item["value"]} if "value" in item else item["valueFrom"]
     return env
+
+
+def containers(obj: Obj) -> list[Obj]:
+    return list(obj["spec"]["template"]["spec"]["containers"])
+
+
+def service_of(container: Obj) -> str:
+    args = container.get("args") or []
+    assert args, f"container {container['name']} names no service in args"
+    return str(args[0])

@@ -4,10 +4,8 @@ services actually read and serve.
 
 Schemas: the built-in kinds against ``kubernetes-validate`` (strict: an unknown field is an
 error) for the oldest Kubernetes still commonly run and the one kubectl is pinned to. The
-PodMonitor is no built-in kind: it is validated by the pydantic model generated from
-prometheus-operator's CRD (``cloudcoil-models-prometheus-operator``), and as those models
-ignore unknown fields, a round trip checks that none was dropped. It scrapes every
-Corral process where that process serves ``/metrics``.
+PodMonitor is no built-in kind: tests/deploy/test_podmonitor.py validates it against its
+CRD and checks what it scrapes.
 """
 
 from __future__ import annotations
@@ -20,15 +18,9 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
-from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings
 
 from corral.local.supervisor import SERVICES
-from services.launcher.drivers import TaskLaunch
-from services.launcher.kubernetes.manifests import pod_manifest
-from services.launcher.kubernetes.settings import KubernetesSettings
-from shared.service import Health, health_routes
 from tests.deploy.dockerfile import lineage, stage
 from tests.deploy.render import (
     DEPLOY,
@@ -37,9 +29,11 @@ from tests.deploy.render import (
     Obj,
     config_data,
     container_env,
+    containers,
     named,
     of_kind,
     render,
+    service_of,
     workloads,
 )
 
@@ -66,16 +60,6 @@ def all_objects() -> Iterator[tuple[str, Obj]]:
     for overlay in OVERLAYS:
         for obj in render(overlay):
             yield overlay, obj
-
-
-def containers(obj: Obj) -> list[Obj]:
-    return list(obj["spec"]["template"]["spec"]["containers"])
-
-
-def service_of(container: Obj) -> str:
-    args = container.get("args") or []
-    assert args, f"container {container['name']} names no service in args"
-    return str(args[0])
 
 
 # --- rendering and schemas ------------------------------------------------------------
@@ -106,128 +90,6 @@ def test_every_object_matches_the_kubernetes_schema(overlay: str, version: str) 
             pytest.fail(f"{overlay}: {obj['kind']} {obj['metadata']['name']} at {where}: {error.message}")
         checked += 1
     assert checked >= 15
-
-
-def podmonitor_model() -> type[BaseModel]:
-    # Imported by name: the generated module is 2 MB of models, kept out of mypy's way.
-    module = importlib.import_module("cloudcoil.models.prometheus_operator.v1")
-    model: type[BaseModel] = module.PodMonitor
-    return model
-
-
-def test_podmonitor_matches_its_crd() -> None:
-    model = podmonitor_model()
-    monitors = of_kind(render("production"), "PodMonitor")
-    assert len(monitors) == 1
-    for monitor in monitors:
-        parsed = model.model_validate(monitor)
-        assert parsed.model_dump(by_alias=True, exclude_unset=True, mode="json") == monitor, (
-            "a field the CRD does not know was dropped"
-        )
-    assert of_kind(render("dev"), "PodMonitor") == []  # no Prometheus Operator CRD on a laptop
-
-
-def test_the_crd_check_refuses_what_the_crd_refuses() -> None:
-    model = podmonitor_model()
-    (monitor,) = of_kind(render("production"), "PodMonitor")
-    no_selector = {**monitor, "spec": {k: v for k, v in monitor["spec"].items() if k != "selector"}}
-    with pytest.raises(ValidationError, match="selector"):
-        model.model_validate(no_selector)
-    endpoints = monitor["spec"]["podMetricsEndpoints"]
-    typo = {**monitor, "spec": {**monitor["spec"], "podMetricEndpoints": endpoints}}
-    assert model.model_validate(typo).model_dump(by_alias=True, exclude_unset=True, mode="json") != typo
-
-
-# --- Prometheus scrapes every Corral process ------------------------------------------
-
-
-def podmonitor() -> Obj:
-    (monitor,) = of_kind(render("production"), "PodMonitor")
-    return monitor
-
-
-def selected(monitor: Obj, labels: dict[str, str]) -> bool:
-    selector = monitor["spec"]["selector"]
-    assert set(selector) == {"matchLabels"}, "a selector these tests do not evaluate"
-    return bool(selector["matchLabels"].items() <= labels.items())
-
-
-def metrics_port(objects: list[Obj], container: Obj) -> int:
-    """Where a container's process serves /metrics: beside /healthz, so the API on its
-    own port and every other service on its health port."""
-    prefix = "CORRAL_API_" if service_of(container) == "api" else "CORRAL_HEALTH_"
-    return int(container_env(objects, container)[prefix + "PORT"]["value"])
-
-
-def test_the_health_port_serves_metrics() -> None:
-    # What metrics_port relies on for the background services (the API's own /metrics
-    # and every service's answer are tests/e2e/test_observability.py's).
-    paths = [route.path for route in health_routes(Health("scheduler"))]
-    assert "/metrics" in paths
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_prometheus_scrapes_every_corral_process(overlay: str) -> None:
-    """The PodMonitor (the component production includes; an overlay with the node
-    agent would include the same) over each overlay's pods: every container of every
-    workload is a target at the port where its service serves /metrics, and no target
-    is a port that serves none."""
-    monitor = podmonitor()
-    endpoints = {e["port"]: e for e in monitor["spec"]["podMetricsEndpoints"]}
-    assert {e["path"] for e in endpoints.values()} == {"/metrics"}
-    objects = render(overlay)
-    scraped = []
-    for obj in workloads(objects):
-        name = obj["metadata"]["name"]
-        pod = obj["spec"]["template"]
-        assert selected(monitor, pod["metadata"]["labels"]), f"{overlay}: the PodMonitor skips {name}'s pods"
-        for container in containers(obj):
-            what = f"{overlay} {name}/{container['name']}"
-            port = metrics_port(objects, container)
-            declared = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
-            targets = {n: number for n, number in declared.items() if n in endpoints}
-            # Exactly one target per process, at its /metrics (a second would be a 404).
-            assert list(targets.values()) == [port], (
-                f"{what}: scraped at {targets}, serves /metrics on {port}"
-            )
-            scraped.append(service_of(container))
-    expected = {name for name, _ in SERVICES} - (set() if overlay == "dev" else {"agent"})
-    assert sorted(scraped) == sorted(expected)
-
-
-def test_each_service_is_its_own_prometheus_job() -> None:
-    """jobLabel names each target's job by its workload (the dashboard selects
-    job="corral-monitor" for the GPU series): every pod has the label, each value once."""
-    label = podmonitor()["spec"]["jobLabel"]
-    for overlay in OVERLAYS:
-        jobs = [obj["spec"]["template"]["metadata"]["labels"][label] for obj in workloads(render(overlay))]
-        assert len(jobs) == len(set(jobs)), overlay
-        assert all(re.fullmatch(r"corral-[a-z]+", job) for job in jobs), jobs
-        assert "corral-monitor" in jobs
-
-
-def test_task_pods_are_not_scraped() -> None:
-    # A job's pod runs the job's image: whatever it serves is not Corral's to scrape, even
-    # on a port the PodMonitor names.
-    launch = TaskLaunch(
-        attempt_id="att-01m81sd0000000000000000001",
-        job_id="job-01m81scc9vkd1fesxk1gz86zrz",
-        generation=1,
-        task_role="worker",
-        task_index=0,
-        attempt_no=1,
-        node_id="gpu-node-3",
-        command="python train.py",
-        env={},
-        gpu_indices=(0,),
-        gpus=1,
-        cpus=4.0,
-        memory_mb=8192,
-        image="nvcr.io/nvidia/pytorch:24.05-py3",
-        ports={"http": [8080]},
-    )
-    pod = pod_manifest(launch, KubernetesSettings(namespace="corral"))
-    assert not selected(podmonitor(), pod["metadata"]["labels"])
 
 
 # --- every service, run by name, probed where it listens ------------------------------
@@ -554,41 +416,3 @@ def test_corral_pods_meet_the_restricted_pod_security_standard(overlay: str) -> 
             assert not context.get("privileged")
             # Read-only everywhere but in dev, where Tilt writes the edited sources.
             assert context["readOnlyRootFilesystem"] is (overlay != "dev")
-
-
-# --- the external engines -------------------------------------------------------------
-
-
-def test_nats_values_cluster_three_servers_that_sync_every_write() -> None:
-    values = yaml.safe_load((DEPLOY / "external" / "nats-values.yaml").read_text())
-    assert values["config"]["cluster"] == {"enabled": True, "replicas": 3}
-    jetstream = values["config"]["jetstream"]
-    assert jetstream["enabled"] is True
-    assert jetstream["fileStore"]["pvc"]["enabled"] is True
-    assert jetstream["merge"]["sync_interval"] == "always"
-
-
-def test_postgres_clusters_write_the_secret_the_pods_read() -> None:
-    """The CloudNativePG Clusters are custom resources with no schema here: these are
-    field checks, not a validation."""
-    for variant, instances in (("dev", 1), ("production", 3)):
-        cluster = yaml.safe_load((DEPLOY / "external" / f"postgres-{variant}.yaml").read_text())
-        assert (cluster["apiVersion"], cluster["kind"]) == ("postgresql.cnpg.io/v1", "Cluster")
-        # CloudNativePG names the application Secret <cluster>-app, with the URL in `uri`.
-        assert cluster["metadata"]["name"] + "-app" == "corral-db-app"
-        assert cluster["spec"]["instances"] == instances
-        assert cluster["spec"]["bootstrap"]["initdb"] == {"database": "corral", "owner": "corral"}
-    production = yaml.safe_load((DEPLOY / "external" / "postgres-production.yaml").read_text())
-    assert production["spec"]["postgresql"]["synchronous"]["number"] >= 1  # a synchronous standby
-
-
-def test_readme_installs_the_engines_from_their_charts() -> None:
-    readme = (DEPLOY / "README.md").read_text()
-    for needed in (
-        "nats/nats",
-        "deploy/external/nats-values.yaml",
-        "cloudnative-pg",
-        "postgres-production.yaml",
-    ):
-        assert needed in readme
-    assert re.search(r"kubectl -n corral create secret generic corral-admin-token", readme)
