@@ -44,14 +44,14 @@ class _Pool:
 
 
 def estimate_starts(
-    waiting: Sequence[tuple[PendingJob, PendingReason]],
+    waiting: Sequence[tuple[PendingJob, PendingReason, str]],
     running: Sequence[RunningJob],
     free_by_type: Mapping[str, int],
     reserved_job: str | None,
     reservation_start_s: float,
 ) -> list[float | None]:
-    """Seconds from now until each waiting job (in queue order, with its reason) is
-    expected to start; None where nothing says."""
+    """Seconds from now until each waiting job (in queue order, with its reason and the
+    reason's detail) is expected to start; None where nothing says."""
     pools: dict[str, _Pool] = {}
 
     def pool(gpu_type: str) -> _Pool:
@@ -68,7 +68,7 @@ def estimate_starts(
         return pools[gpu_type]
 
     starts: list[float | None] = []
-    for job, reason in waiting:
+    for job, reason, _ in waiting:
         start: float | None
         if reason == "WaitingForPreemption":
             start = 0.0
@@ -76,7 +76,8 @@ def estimate_starts(
             start = None
         else:
             kind = pools.get(job.gpu_type or ANY_TYPE) or pool(job.gpu_type or ANY_TYPE)
-            start = kind.start_of(job.gpus)
+            # Most of a long queue is behind a job whose start is unknown: no call for those.
+            start = None if kind.unknown else kind.start_of(job.gpus)
             if job.job_id == reserved_job and math.isfinite(reservation_start_s):
                 start = max(start or 0.0, reservation_start_s)
             if start is not None and job.max_runtime_s is not None:

@@ -44,38 +44,35 @@ class NodeIndex:
 
     def __init__(self, nodes: Iterable[NodeCapacity]) -> None:
         self.nodes: dict[str, NodeCapacity] = {}
-        # Buckets by type, and by (type, rack) for gangs kept in one rack. Free counts too.
-        self._buckets: dict[str, list[dict[str, None]]] = {}
-        self._rack_buckets: dict[tuple[str, str], list[dict[str, None]]] = {}
+        self._buckets: dict[str, list[dict[str, None]]] = {}  # by type
         self._free: dict[str, int] = {}
-        self._rack_free: dict[tuple[str, str], int] = {}
         self._largest: dict[str, int] = {}
+        # By (type, rack), for gangs kept in one rack: built for a type when first asked
+        # (``_index_racks``), since most gangs fit on one node and most clusters of a type
+        # are one rack; kept up to date from then on.
         self._racks: dict[str, list[str]] = {}
+        self._rack_buckets: dict[tuple[str, str], list[dict[str, None]]] = {}
+        self._rack_free: dict[tuple[str, str], int] = {}
         # Built for every cycle over every ready node (thousands): hence the locals.
-        all_nodes, buckets_of, rack_buckets_of = self.nodes, self._buckets, self._rack_buckets
-        free_of, rack_free_of, largest = self._free, self._rack_free, self._largest
+        all_nodes, buckets_of, free_of, largest = self.nodes, self._buckets, self._free, self._largest
         for node in sorted(nodes, key=attrgetter("node_id")):
             node_id = node.node_id
             all_nodes[node_id] = node
             total = node.total_gpus
             if total <= 0:
                 continue
-            kind, in_rack, free = node.gpu_type, (node.gpu_type, node.rack), len(node.free_gpus)
-            if kind not in buckets_of:
-                buckets_of[kind], free_of[kind], largest[kind] = [], 0, 0
-            if in_rack not in rack_buckets_of:
-                rack_buckets_of[in_rack], rack_free_of[in_rack] = [], 0
-            for buckets in (buckets_of[kind], rack_buckets_of[in_rack]):
-                while len(buckets) <= total or len(buckets) <= free:
-                    buckets.append({})
-                buckets[free][node_id] = None
+            kind, free = node.gpu_type, len(node.free_gpus)
+            buckets = buckets_of.get(kind)
+            if buckets is None:
+                buckets = buckets_of[kind] = []
+                free_of[kind], largest[kind] = 0, 0
+            while len(buckets) <= total or len(buckets) <= free:
+                buckets.append({})
+            buckets[free][node_id] = None
             free_of[kind] += free
-            rack_free_of[in_rack] += free
             if total > largest[kind]:
                 largest[kind] = total
         self._types = sorted(self._buckets, key=lambda kind: (-self._free[kind], kind))
-        for kind, rack in sorted(self._rack_buckets):
-            self._racks.setdefault(kind, []).append(rack)
 
     def types(self) -> list[str]:
         """GPU types of ready nodes, the most free GPUs (when the index was built) first."""
@@ -85,12 +82,34 @@ class NodeIndex:
         if gpu_type is None:
             return sum(self._free.values())
         if rack is not None:
+            self._index_racks(gpu_type)
             return self._rack_free.get((gpu_type, rack), 0)
         return self._free.get(gpu_type, 0)
 
     def racks(self, gpu_type: str) -> list[str]:
         """The racks with nodes of the type ("" for nodes without a label)."""
-        return self._racks.get(gpu_type, [])
+        racks = self._racks.get(gpu_type)
+        if racks is None:
+            of_type = {n.rack for n in self.nodes.values() if n.gpu_type == gpu_type and n.total_gpus > 0}
+            racks = self._racks[gpu_type] = sorted(of_type)
+        return racks
+
+    def _index_racks(self, gpu_type: str) -> None:
+        """The buckets by (type, rack) of a type, once: each rack's bucket is the type's
+        bucket filtered to the rack's nodes, in the same order, so ties resolve as if they
+        had been kept from the start (both change with the same moves, ``_rebucket``)."""
+        racks = self.racks(gpu_type)
+        if racks and (gpu_type, racks[0]) in self._rack_free:
+            return
+        for rack in racks:
+            self._rack_buckets[(gpu_type, rack)], self._rack_free[(gpu_type, rack)] = [], 0
+        for count, bucket in enumerate(self._buckets.get(gpu_type, [])):
+            for rack in racks:
+                self._rack_buckets[(gpu_type, rack)].append({})
+            for node_id in bucket:
+                rack = self.nodes[node_id].rack
+                self._rack_buckets[(gpu_type, rack)][count][node_id] = None
+                self._rack_free[(gpu_type, rack)] += count
 
     def largest(self, gpu_type: str | None = None) -> int:
         """GPUs of the biggest ready node (of the type), free or not."""
@@ -101,6 +120,7 @@ class NodeIndex:
     def _buckets_of(self, gpu_type: str, rack: str | None) -> list[dict[str, None]]:
         if rack is None:
             return self._buckets.get(gpu_type, [])
+        self._index_racks(gpu_type)
         return self._rack_buckets.get((gpu_type, rack), [])
 
     def most_free(self, gpu_type: str, rack: str | None = None) -> int:
@@ -162,13 +182,16 @@ class NodeIndex:
 
     def _rebucket(self, node: NodeCapacity, free: list[int]) -> None:
         kind, change = node.gpu_type, len(free) - len(node.free_gpus)
-        for buckets in (self._buckets[kind], self._rack_buckets[(kind, node.rack)]):
+        in_rack = (kind, node.rack)
+        by_rack = self._rack_buckets.get(in_rack)  # None: not indexed by rack (yet)
+        for buckets in (self._buckets[kind], by_rack) if by_rack is not None else (self._buckets[kind],):
             del buckets[len(node.free_gpus)][node.node_id]
             while len(buckets) <= len(free):
                 buckets.append({})
             buckets[len(free)][node.node_id] = None
         self._free[kind] += change
-        self._rack_free[(kind, node.rack)] += change
+        if by_rack is not None:
+            self._rack_free[in_rack] += change
         node.free_gpus = free
 
     def least_loaded(
@@ -259,13 +282,13 @@ def unplace(index: NodeIndex, job: PendingJob, placements: Iterable[InstancePlac
 def place_gang(job: PendingJob, index: NodeIndex, gpu_type: str) -> list[InstancePlacement] | None:
     """Place every instance of ``job`` on nodes of ``gpu_type``, or nothing (see the module
     docstring for the rules); the index is updated only on success."""
+    need = job.gpus
+    if need > index.free(gpu_type):
+        return None  # the common case in a busy cluster: answered without looking at a node
     instances: list[Instance] = sorted(
         ((t.role, i, t.gpus, t.cpus, t.memory_mb) for t in job.tasks for i in range(t.instances)),
         key=lambda item: -item[2],
     )
-    need = job.gpus
-    if need > index.free(gpu_type):
-        return None  # the common case in a busy cluster: answered without looking at a node
     if need and job.topology != "one_per_node" and need <= index.largest(gpu_type):
         cpus = sum(instance[3] for instance in instances)
         memory_mb = sum(instance[4] for instance in instances)

@@ -56,6 +56,7 @@ in the order above, and, when the running jobs' limits allow it, an estimated st
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -138,7 +139,7 @@ class _Planner:
         self._explained_at = 0  # the version the memo holds answers for
         self._guaranteed: dict[tuple[str, str | None, int], list[str]] = {}  # as _explained
         self._guaranteed_at = 0
-        self._levels: dict[str, int] = {}  # service level by job: see level_of
+        self._levels = self._service_levels()  # by job: see level_of
 
     # --- quota ------------------------------------------------------------------------
 
@@ -172,22 +173,28 @@ class _Planner:
     def level_of(self, job: PendingJob) -> int:
         """Its service level (least attained service), or -1 when the starvation guard
         promoted it: it then ranks before, and may preempt, every job of its priority.
-        Fixed for the cycle, so worked out once per job."""
-        level = self._levels.get(job.job_id)
-        if level is None:
-            if self.settings.promoted(job.waited_s, job.gpus, self.cluster_gpus):
-                level = -1
-            else:
-                level = self.settings.service_level(job.attained_gpu_s)
-            self._levels[job.job_id] = level
-        return level
+        Fixed for the cycle: worked out for every pending job at once (``_service_levels``)."""
+        return self._levels[job.job_id]
+
+    def _service_levels(self) -> dict[str, int]:
+        """``level_of`` of each pending job. One loop with the settings' parts in locals,
+        not a method call per job: the order needs every job's level, every cycle."""
+        settings, cluster_gpus = self.settings, self.cluster_gpus
+        thresholds, starve_after_s = settings.service_thresholds_gpu_s, settings.starve_after_s
+        levels = {}
+        for job in self.pending:
+            if job.waited_s >= starve_after_s and settings.promoted(job.waited_s, job.gpus, cluster_gpus):
+                levels[job.job_id] = -1
+            else:  # settings.service_level(job.attained_gpu_s), inlined
+                levels[job.job_id] = bisect.bisect_right(thresholds, job.attained_gpu_s)
+        return levels
 
     # --- the cycle --------------------------------------------------------------------
 
     def ordered(self) -> list[PendingJob]:
         within_quota: dict[tuple[str, str | None, int], bool] = {}  # by what decides it
 
-        level = self.level_of
+        level = self._levels
         per_user, borrowed = self.tally.per_user, self.tally.borrowed
 
         # No submission-order term: ``pending`` comes in submission order and the sort is
@@ -203,7 +210,7 @@ class _Planner:
                 0 if fits else 1,
                 0 if fits else borrowed.get(job.vc, 0),
                 -job.priority,
-                level(job),
+                level[job.job_id],
                 per_user.get((job.vc, job.user), 0),
             )
 
@@ -217,7 +224,7 @@ class _Planner:
             if reason is not None:
                 left.append((job, reason[0], reason[1]))
         starts = estimate_starts(
-            [(job, reason) for job, reason, _ in left],
+            left,
             self.running,
             {kind: self.index.free(kind) for kind in self.index.types()},
             self.reservation.job_id if self.reservation else None,

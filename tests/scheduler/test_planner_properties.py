@@ -7,6 +7,7 @@ jobs, and every pending job is either placed or has exactly one reason.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from hypothesis import given, settings
@@ -210,3 +211,42 @@ def test_the_cycles_shortcuts_agree_with_their_plain_definitions(scenario: Scena
     for r in scenario.running:
         one_by_one.add(r.vc, r.user, r.gpu_type, r.gpus, r.borrowed)
     assert Tally.of(scenario.running) == one_by_one
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_racks_indexed_late_answer_as_if_indexed_from_the_start(data: st.DataObject) -> None:
+    """The node index builds its buckets by rack only when a gang first asks for a rack,
+    from the buckets by type as they are then: every answer is the one an index that kept
+    them from the start gives, after any takes and gives before and after that moment."""
+    shapes = data.draw(
+        st.lists(st.tuples(st.sampled_from(TYPES), st.sampled_from(["r1", "r2"])), min_size=2, max_size=8)
+    )
+    nodes = [NodeCapacity(f"n{i}", list(range(8)), gpu_type=t, rack=r) for i, (t, r) in enumerate(shapes)]
+    early, late = NodeIndex(copy.deepcopy(nodes)), NodeIndex(copy.deepcopy(nodes))
+    for gpu_type in early.types():
+        for rack in early.racks(gpu_type):
+            early.free(gpu_type, rack)  # indexed by rack at once
+    moves = data.draw(
+        st.lists(st.tuples(st.sampled_from([n.node_id for n in nodes]), st.integers(1, 8)), max_size=40)
+    )
+    taken: dict[str, tuple[int, ...]] = {}
+    for step, (node_id, count) in enumerate(moves):
+        if step == len(moves) // 2:
+            for gpu_type in late.types():
+                for rack in late.racks(gpu_type):
+                    late.free(gpu_type, rack)  # indexed by rack now, halfway through
+        if taken.get(node_id):
+            for index in (early, late):
+                index.give(node_id, taken[node_id])
+            taken[node_id] = ()
+        elif count <= len(early.nodes[node_id].free_gpus):
+            taken[node_id] = early.take(node_id, count)
+            assert late.take(node_id, count) == taken[node_id]
+    for gpu_type in TYPES:
+        assert early.racks(gpu_type) == late.racks(gpu_type)
+        for rack in early.racks(gpu_type):
+            assert early.free(gpu_type, rack) == late.free(gpu_type, rack)
+            assert early.most_free(gpu_type, rack) == late.most_free(gpu_type, rack)
+            for want in range(1, 9):
+                assert early.best_fit(gpu_type, want, rack=rack) == late.best_fit(gpu_type, want, rack=rack)
