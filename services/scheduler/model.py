@@ -66,15 +66,16 @@ class PendingJob:
     # cached_property (a lock and a dict lookup per read) cost seconds there.
     gpus: int = field(init=False, repr=False, compare=False)
     widest: int = field(init=False, repr=False, compare=False)
-    # What it asks for, as the planner groups jobs that fare alike: plain tuples, since a
-    # frozen dataclass (TaskDemand) hashes in Python, and the planner hashes this often.
-    asks: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    # What it asks for, as the planner groups jobs that fare alike, as one string: the
+    # planner looks it up twice per waiting job per cycle, and a string's hash is worked
+    # out once and kept, where a tuple's (or a frozen dataclass's) is recomputed each time.
+    asks: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", sum(t.instances * t.gpus for t in self.tasks))
         object.__setattr__(self, "widest", max((t.gpus for t in self.tasks), default=0))
         tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb) for t in self.tasks)
-        object.__setattr__(self, "asks", (self.vc, tasks, self.gpu_type, self.topology, self.priority))
+        object.__setattr__(self, "asks", repr((self.vc, tasks, self.gpu_type, self.topology, self.priority)))
 
     def progressed(self, version: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
         """The same job as a later cycle reads it: only these three can have changed.
