@@ -15,6 +15,10 @@ every job has ended, and prints one JSON line:
 - ``cpu_ms_per_job``: CPU each service process (the agent with the tasks it ran) and
   Postgres spent per job during the throughput run (NATS is not counted).
 
+``--statements N`` loads pg_stat_statements into the private Postgres and prints (to
+stderr) the N statements that took Postgres longest during the throughput run, with
+their calls and rows; the JSON line then carries ``postgres_statement_ms_per_job``.
+
 ``--with-slurm`` also runs the Slurm peer (../shared/peers/slurm: setup.sh then
 bench.sh N, as root) in the same run, so both figures come from one machine, one time.
 """
@@ -106,11 +110,31 @@ async def _probe_start_latency(stack: BenchStack, conn: asyncpg.Connection, prob
     return latencies
 
 
-async def measure(stack: BenchStack, jobs: int, concurrency: int, probes: int) -> dict[str, Any]:
+async def _top_statements(conn: asyncpg.Connection, top: int, jobs: int) -> float:
+    """Print the ``top`` statements by Postgres time since the reset; their total per job."""
+    rows = await conn.fetch(
+        """SELECT calls, rows, total_exec_time AS ms, regexp_replace(query, '\\s+', ' ', 'g') AS query
+           FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'
+           ORDER BY total_exec_time DESC"""
+    )
+    total_ms = sum(float(r["ms"]) for r in rows)
+    print(f"Postgres statement time {total_ms:.0f} ms over {jobs} jobs; the top {top}:", file=sys.stderr)
+    for r in rows[:top]:
+        line = f"{r['ms']:9.0f} ms {r['calls']:7d} calls {r['rows']:8d} rows | {r['query'][:150]}"
+        print(line, file=sys.stderr)
+    return total_ms / jobs
+
+
+async def measure(
+    stack: BenchStack, jobs: int, concurrency: int, probes: int, statements: int = 0
+) -> dict[str, Any]:
     conn = await asyncpg.connect(stack.database_url())
     try:
         probe_latencies = await _probe_start_latency(stack, conn, probes)
         await conn.execute("TRUNCATE launcher.attempts, scheduler.allocations, api.jobs CASCADE")
+        if statements:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await conn.execute("SELECT pg_stat_statements_reset()")
         cpu_before = stack.cpu_by_process()
         wall_started = time.perf_counter()
         round_trips = await _submit_all(stack, jobs, concurrency)
@@ -122,6 +146,7 @@ async def measure(stack: BenchStack, jobs: int, concurrency: int, probes: int) -
                       count(*) FILTER (WHERE state <> 'SUCCEEDED') AS not_ok
                FROM api.jobs"""
         )
+        statement_ms = await _top_statements(conn, statements, jobs) if statements else None
         latencies = [
             float(r["ms"])
             for r in await conn.fetch(
@@ -150,6 +175,7 @@ async def measure(stack: BenchStack, jobs: int, concurrency: int, probes: int) -
             for name in sorted(cpu_after)
             if name in cpu_before
         },
+        **({"postgres_statement_ms_per_job": round(statement_ms, 2)} if statement_ms is not None else {}),
     }
 
 
@@ -188,10 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs on the node")
     parser.add_argument("--probes", type=int, default=50, help="one-at-a-time jobs for start latency")
     parser.add_argument("--with-slurm", action="store_true", help="also measure the Slurm peer in this run")
+    parser.add_argument(
+        "--statements", type=int, default=0, metavar="N", help="print the N statements Postgres spent most on"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
     args = parser.parse_args(argv)
-    with private_stack(gpus=args.gpus, keep=args.keep) as stack:
-        result = asyncio.run(measure(stack, args.jobs, args.concurrency, args.probes))
+    # With --statements, the private Postgres loads pg_stat_statements.
+    extra_env = {"CORRAL_PG_STATEMENTS": "1"} if args.statements else {}
+    with private_stack(gpus=args.gpus, keep=args.keep, extra_env=extra_env) as stack:
+        result = asyncio.run(measure(stack, args.jobs, args.concurrency, args.probes, args.statements))
     result = {"bench": "e2e", "gpus": args.gpus, **result}
     if args.with_slurm:
         result["slurm"] = run_slurm_peer(min(args.jobs, 200))

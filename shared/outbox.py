@@ -247,21 +247,30 @@ class OutboxRelay:
         """Publish a partition's rows in order; None when another relay holds it."""
         async with self._db.transaction() as conn:
             # The partition's lock is taken by the same statement that claims its rows
-            # (one round trip): a row is returned only if the lock is ours. A row a
-            # relay that held the lock stamped meanwhile is re-checked by FOR UPDATE
-            # against its committed version and left out, so order still holds.
+            # (one round trip), and the answer says whether it was ours: rows come only
+            # if it was. "Held by another relay" (look again soon, with a full pass) and
+            # "nothing left" (done) differ: under load most NOTIFYs name a partition this
+            # relay has just emptied, and taking those for contention cost a counting
+            # pass each. A row a relay that held the lock stamped meanwhile is re-checked
+            # by FOR UPDATE against its committed version and left out, so order holds.
             rows = await conn.fetch(
-                """SELECT id, event_id, subject, payload, headers,
-                          extract(epoch FROM clock_timestamp() - created_at) AS age_s
-                   FROM corral.outbox
-                   WHERE part = $1 AND sent_at IS NULL AND pg_try_advisory_xact_lock($3, $1)
-                   ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED""",
+                """WITH lock AS (SELECT pg_try_advisory_xact_lock($3, $1) AS ours)
+                   SELECT lock.ours, o.* FROM lock LEFT JOIN LATERAL (
+                       SELECT id, event_id, subject, payload, headers,
+                              extract(epoch FROM clock_timestamp() - created_at) AS age_s
+                       FROM corral.outbox
+                       WHERE part = $1 AND sent_at IS NULL AND lock.ours
+                       ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+                   ) AS o ON true""",
                 part,
                 self._batch_size,
                 _RELAY_LOCK_CLASS,
             )
+            if not rows[0]["ours"]:
+                return None  # another relay holds the partition
+            rows = [row for row in rows if row["id"] is not None]
             if not rows:
-                return None  # another relay holds the partition (or just emptied it)
+                return 0
             sent: list[int] = []
             try:
                 for row in rows:

@@ -139,6 +139,7 @@ class LocalPostgres:
                     # millisecond is traded for speed only where the caller asked (tests).
                     "-c",
                     f"fsync={'off' if os.environ.get('CORRAL_PG_FAST') else 'on'}",
+                    *_statement_stats(),
                 ],
                 stdout=log,
                 stderr=log,
@@ -180,3 +181,12 @@ class LocalPostgres:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def _statement_stats() -> list[str]:
+    """With ``CORRAL_PG_STATEMENTS=1``: pg_stat_statements loaded (``CREATE EXTENSION
+    pg_stat_statements`` then shows what each statement cost), for finding where the
+    database's time goes (docs/performance.md); off by default, it costs every statement."""
+    if not os.environ.get("CORRAL_PG_STATEMENTS"):
+        return []
+    return ["-c", "shared_preload_libraries=pg_stat_statements", "-c", "pg_stat_statements.track=all"]

@@ -41,7 +41,8 @@ async def test_a_jobs_demands_are_read_once_and_its_progress_every_time(db: Data
         first,
     )
     await db.execute(
-        """UPDATE api.jobs SET version = version + 1, created_at = created_at - interval '1 hour',
+        """UPDATE api.jobs SET version = version + 1, generation = 1,
+                  created_at = created_at - interval '1 hour',
                   spec = jsonb_set(spec, '{tasks,0,resources,gpus}', '8') WHERE id = $1""",
         first,
     )

@@ -13,7 +13,7 @@ from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
-from shared.outbox import OutboxRelay, append
+from shared.outbox import _RELAY_LOCK_CLASS, OutboxRelay, append, partition_of
 from shared.settings import NatsSettings
 from tests.tracing import global_tracer_provider
 
@@ -184,3 +184,24 @@ async def test_a_running_relay_publishes_what_a_notify_names_without_waiting_for
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_claim_tells_a_partition_held_by_another_relay_from_one_with_nothing_left(
+    db: Database, bus: NatsBus
+) -> None:
+    """Held elsewhere: None, and the relay looks again soon with a full (counting) pass;
+    emptied already (most NOTIFYs under load name a partition just relayed): 0, and no
+    pass at all."""
+    relay = OutboxRelay(db, bus)
+    part = partition_of("job-a")
+    async with db.transaction() as conn:
+        await append(conn, _event("job-a"), aggregate="job-a")
+    assert await relay._relay_partition(part) == 1
+    assert await relay._relay_partition(part) == 0  # nothing left: not contention
+    async with db.transaction() as conn:
+        await append(conn, _event("job-a", "again"), aggregate="job-a")
+    async with db.transaction() as other_relay:
+        await other_relay.execute("SELECT pg_advisory_xact_lock($1, $2)", _RELAY_LOCK_CLASS, part)
+        assert await relay._relay_partition(part) is None  # held: the row waits for its holder
+    assert await relay._relay_partition(part) == 1
+    assert relay.published == 2
