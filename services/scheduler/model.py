@@ -21,7 +21,7 @@ PendingReason = Literal[
     "GangDoesNotFit",
     "Fragmented",
     "NodesUnhealthy",
-    "Priority",  # jobs ahead of it took (or hold a reservation on) the GPUs it needs
+    "Priority",  # jobs ahead of it get the GPUs it needs first (took them, wait too, or reserved them)
 ]
 PENDING_REASONS: tuple[PendingReason, ...] = (
     "WaitingForQuota",

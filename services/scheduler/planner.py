@@ -140,6 +140,9 @@ class _Planner:
         self._guaranteed: dict[tuple[str, str | None, int], list[str]] = {}  # as _explained
         self._guaranteed_at = 0
         self._levels = self._service_levels()  # by job: see level_of
+        # By GPU type: the fewest GPUs a job left waiting for that type's capacity asks.
+        # A job behind it asking as many or more waits for Priority (reasons.py).
+        self._queued_need: dict[str, int] = {}
 
     # --- quota ------------------------------------------------------------------------
 
@@ -404,6 +407,7 @@ class _Planner:
             self.free_at_start.get(gpu_type, 0),
             self.index.largest(gpu_type) if job.gpu_type else self.index.largest(),
             self.largest_unready,
+            queued_ahead=self._queued_need.get(gpu_type, math.inf) <= job.gpus,
         )
         if reason in ("GangDoesNotFit", "NodesUnhealthy"):
             return reason, detail
@@ -414,6 +418,7 @@ class _Planner:
                 f" {gpu_type or 'GPUs'}; this job needs {job.gpus} and no idle GPUs can be borrowed"
                 f" ({detail})"
             )
+        self._queue_for(gpu_type, job.gpus)
         if self.reservation is None:
             if job.waited_s >= self.settings.reserve_after_s:
                 self.reserve(job, gpu_type)
@@ -422,6 +427,13 @@ class _Planner:
                 f"GPUs it could use are reserved for {self.reservation.job_id}, ahead of it in the queue"
             )
         return reason, detail
+
+    def _queue_for(self, gpu_type: str, gpus: int) -> None:
+        """A job now waits for GPUs of the type: jobs behind it that ask as many wait for
+        Priority. Explanations read this, so a change bumps ``version``."""
+        if gpus < self._queued_need.get(gpu_type, math.inf):
+            self._queued_need[gpu_type] = gpus
+            self.version += 1
 
 
 __all__ = ["ANY_TYPE", "PlanSettings", "decide", "plan", "why_waiting"]

@@ -6,9 +6,21 @@ from services.scheduler.model import PendingJob, PendingReason
 
 
 def why_waiting(
-    job: PendingJob, free_now: int, free_at_start: int, largest_ready: int, largest_unready: int
+    job: PendingJob,
+    free_now: int,
+    free_at_start: int,
+    largest_ready: int,
+    largest_unready: int,
+    queued_ahead: bool = False,
 ) -> tuple[PendingReason, str]:
-    """The one capacity reason a job that did not fit waits, and a sentence that says it."""
+    """The one capacity reason a job that did not fit waits, and a sentence that says it.
+
+    ``Priority`` (as Slurm's): the GPUs it needs go to jobs ahead of it first, either
+    this cycle (``free_at_start`` had them) or as they come free (``queued_ahead``: a
+    job ahead of it, asking no more GPUs of the same type, waits too). Only the first
+    of a queue waits for ``InsufficientGPUs``. So a reason holds still while the queue
+    moves, rather than flipping with whether a GPU happened to be free when a cycle
+    began (each flip rewrote the row of every job behind)."""
     need = job.gpus
     widest = job.widest
     if widest > largest_ready or (job.topology == "single_node" and need > largest_ready):
@@ -24,10 +36,10 @@ def why_waiting(
             f"{what} {wants} GPUs on one node; the largest ready node has {largest_ready}",
         )
     if need > free_now:
-        if need <= free_at_start:
+        if need <= free_at_start or queued_ahead:
             return (
                 "Priority",
-                f"needs {need} GPUs; jobs ahead of it in the queue took them ({free_now} left free)",
+                f"needs {need} GPUs; jobs ahead of it in the queue get them first ({free_now} free now)",
             )
         return "InsufficientGPUs", f"needs {need} GPUs; {free_now} are free on ready nodes"
     shape = " + ".join(f"{t.instances}x{t.gpus}" for t in job.tasks if t.gpus)

@@ -70,6 +70,25 @@ def test_every_job_left_waiting_says_why_in_queue_order() -> None:
     )
 
 
+def test_only_the_first_of_a_queue_waits_for_gpus_the_rest_for_the_jobs_ahead() -> None:
+    """Slurm's Resources and Priority: jobs behind one that waits for the same GPUs, asking
+    as many, wait for it (Priority); a smaller job behind a bigger one would start as soon
+    as its own GPUs came free, so it waits for GPUs. Stable from cycle to cycle."""
+    full = [NodeCapacity("n0", [], total_gpus=8)]
+    result = plan(
+        [_job("big", (1, 4)), _job("small", (1, 2)), _job("same", (1, 2)), _job("more", (1, 4))], full
+    )
+    assert [(w.job_id, w.reason) for w in result.waiting] == [
+        ("big", "InsufficientGPUs"),
+        ("small", "InsufficientGPUs"),  # "big" asks more: a freed pair of GPUs would go to "small"
+        ("same", "Priority"),
+        ("more", "Priority"),
+    ]
+    assert (
+        result.waiting[2].detail == "needs 2 GPUs; jobs ahead of it in the queue get them first (0 free now)"
+    )
+
+
 @pytest.mark.parametrize(
     ("job", "nodes", "reason", "detail"),
     [

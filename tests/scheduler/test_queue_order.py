@@ -86,11 +86,14 @@ async def test_positions_move_up_without_rewriting_the_reasons_behind(db: Databa
     # Same reason, same words: their rows were left alone; only the order was written.
     assert all(after[job][2] == before[job][2] for job in waiting[1:])
 
-    # The next cycle finds no GPU free at its start: the reasons change, not the order.
+    # The next cycle finds no GPU free at its start. The first in the queue now waits for
+    # GPUs to come free; those behind it still wait for the jobs ahead (Priority, as in
+    # Slurm): only the head's row changes, not theirs, and not the order.
     order_written = await db.fetchval("SELECT updated_at FROM scheduler.queue_order")
     assert await cycle.run_once() == 0
     settled = await _standing(db)
-    assert {reason for _, reason, _ in settled.values()} == {"InsufficientGPUs"}
+    assert [settled[job][1] for job in waiting[1:]] == ["InsufficientGPUs", "Priority", "Priority"]
+    assert all(settled[job][2] == before[job][2] for job in waiting[2:])
     assert [settled[job][0] for job in waiting[1:]] == [1, 2, 3]
     assert await db.fetchval("SELECT updated_at FROM scheduler.queue_order") == order_written
 
