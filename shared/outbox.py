@@ -4,7 +4,8 @@
 the caller's transaction, so the state change and its event commit or vanish together.
 It also ``NOTIFY``s the relays, which Postgres delivers only on commit; the payload names
 the row's partition, so the relay that hears it goes straight there. Every poll interval
-(and when a NOTIFY was missed) a relay counts every partition's unsent rows instead.
+a relay counts every partition's unsent rows and relays the partitions that hold one a
+poll interval old (its NOTIFY was missed, or its relay is gone): not the rows in flight.
 
 The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
 stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
@@ -143,7 +144,6 @@ class OutboxRelay:
         self._retention_s = retention_s
         self._wakeup = asyncio.Event()
         self._channel = notify_channel(source)
-        self._contended = False
         self._notified: set[int] = set()  # partitions a NOTIFY named since the last pass
         self._unnamed = False  # a NOTIFY named none since the last pass
         self.published = 0
@@ -173,24 +173,31 @@ class OutboxRelay:
 
     async def _relay_forever(self) -> None:
         cleanup_due = poll_due = 0.0
+        first = True
         while True:
             self._wakeup.clear()
             notified, self._notified = self._notified, set()
             unnamed, self._unnamed = self._unnamed, False
             now = asyncio.get_running_loop().time()
-            if notified and not unnamed and not self._contended and now < poll_due:
+            if unnamed or now >= poll_due:
+                # The full pass, which also sets the gauges: every partition for a NOTIFY
+                # that named none (and at start); on the poll, only partitions holding a
+                # row nobody relayed within a poll interval (a NOTIFY missed, its relay
+                # gone). Not the rows in flight: under load there always are some, each
+                # being relayed by the relay its NOTIFY woke, and taking them on every
+                # poll set every relay in the cluster contending for the same partitions.
+                await self.relay_pending(min_age_s=0.0 if unnamed or first else self._poll_interval_s)
+                first = False
+                if now >= poll_due:
+                    poll_due = now + self._poll_interval_s
+            if notified:
                 await self._relay_notified(notified)
-            else:
-                # Every poll interval, after contention, and for a NOTIFY that named no
-                # partition: the full pass, which counts what is unsent (and the gauges).
-                await self.relay_pending()
-                poll_due = now + self._poll_interval_s
             if now >= cleanup_due:
                 await self._delete_old_sent_rows()
                 cleanup_due = now + 600
-            # Rows left behind in partitions another relay held: that relay only publishes
-            # what it had claimed, so look again soon instead of a whole poll interval later.
-            await wait_event(self._wakeup, 0.01 if self._contended else self._poll_interval_s)
+            # A partition another relay held when a NOTIFY named it: that relay publishes
+            # only what it had claimed, so look again soon, not a poll interval later.
+            await wait_event(self._wakeup, 0.01 if self._notified else self._poll_interval_s)
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if isinstance(payload, str) and payload.isdigit():
@@ -205,15 +212,15 @@ class OutboxRelay:
         for part in sorted(parts):
             sent = await self._relay_partition(part)
             if sent is None:
-                self._contended = True  # another relay holds it: a full pass shortly
+                self._notified.add(part)  # another relay holds it: this one, again shortly
             elif sent == self._batch_size:
                 self._notified.add(part)  # more than a batch waits: go round again
                 self._wakeup.set()
 
-    async def relay_pending(self) -> int:
-        """Publish every unsent row now; returns how many were published."""
+    async def relay_pending(self, min_age_s: float = 0.0) -> int:
+        """Publish every unsent row now (only partitions holding one at least
+        ``min_age_s`` old, when given); returns how many were published."""
         total = 0
-        self._contended = False
         while True:
             rows = await self._db.fetch(
                 """SELECT part, count(*) AS unsent,
@@ -222,17 +229,16 @@ class OutboxRelay:
             )
             OUTBOX_UNSENT.set(sum(row["unsent"] for row in rows))
             OUTBOX_OLDEST_UNSENT.set(max((float(row["oldest_s"]) for row in rows), default=0.0))
-            if not rows:
+            due = [row for row in rows if float(row["oldest_s"]) >= min_age_s]
+            if not due:
                 return total
-            results = [await self._relay_partition(row["part"]) for row in rows]
+            results = [await self._relay_partition(row["part"]) for row in due]
             published = sum(r for r in results if r is not None)
             total += published
             if published == 0:
                 # Nothing went out: either every partition with work is held by another
-                # relay (look again soon), or publishing fails (NATS away: back off).
-                self._contended = all(r is None for r in results)
+                # relay (which publishes it), or publishing fails (NATS away: back off).
                 return total
-            self._contended = any(r is None for r in results)
             if all(r is None or r < self._batch_size for r in results):
                 # Every partition we got was emptied. Rows committed since then sent a
                 # NOTIFY that wakes the loop again, so counting once more (a query per

@@ -205,3 +205,28 @@ async def test_a_claim_tells_a_partition_held_by_another_relay_from_one_with_not
         assert await relay._relay_partition(part) is None  # held: the row waits for its holder
     assert await relay._relay_partition(part) == 1
     assert relay.published == 2
+
+
+async def test_the_poll_takes_a_row_whose_notify_never_came_once_it_is_a_poll_interval_old(
+    db: Database, bus: NatsBus
+) -> None:
+    """Not sooner: younger rows are in flight with the relay their NOTIFY woke, and every
+    relay taking them on every poll had them all contending for the same partitions."""
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=0.5)
+    task = asyncio.create_task(relay.run())
+    try:
+        await asyncio.sleep(0.3)  # its first pass, and it listens
+        unheard = _event("job-x").model_copy(update={"source": "corral/elsewhere"})  # another channel
+        written = asyncio.get_running_loop().time()  # before the row's own clock starts
+        async with db.transaction() as conn:
+            await append(conn, unheard, aggregate="job-x")
+        for _ in range(300):
+            if relay.published:
+                break
+            await asyncio.sleep(0.01)
+        waited = asyncio.get_running_loop().time() - written
+        assert relay.published == 1
+        assert 0.5 <= waited < 3.0, waited
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
