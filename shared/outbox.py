@@ -254,9 +254,9 @@ class OutboxRelay:
         async with self._db.transaction() as conn:
             # The partition's lock is taken by the same statement that claims its rows
             # (one round trip), and the answer says whether it was ours: rows come only
-            # if it was. "Held by another relay" (look again soon, with a full pass) and
-            # "nothing left" (done) differ: under load most NOTIFYs name a partition this
-            # relay has just emptied, and taking those for contention cost a counting
+            # if it was. "Held by another relay" (look at it again soon) and "nothing
+            # left" (done) differ: under load most NOTIFYs name a partition this relay
+            # has just emptied, and taking those for contention had cost a counting
             # pass each. A row a relay that held the lock stamped meanwhile is re-checked
             # by FOR UPDATE against its committed version and left out, so order holds.
             rows = await conn.fetch(
