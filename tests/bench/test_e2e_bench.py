@@ -1,0 +1,30 @@
+"""``python -m bench.e2e`` at toy size: it starts its own stack, runs every job to its end,
+keeps its JSON contract, and with ``--statements`` says where Postgres' time went (the
+real figures are in docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_a_small_run_with_statements_prints_them_and_one_json_line() -> None:
+    command = [sys.executable, "-m", "bench.e2e", "--jobs", "20", "--probes", "3", "--statements", "5"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (result["bench"], result["jobs"], result["failed_jobs"]) == ("e2e", 20, 0)
+    assert result["jobs_per_s"] > 0
+    assert 0 < result["start_latency_p50_ms"] <= result["start_latency_p99_ms"]
+    assert result["cpu_ms_per_job"]["postgres"] > 0
+    assert result["postgres_statement_ms_per_job"] > 0
+    listed = done.stderr[done.stderr.index("Postgres statement time") :].splitlines()[1:6]
+    assert len(listed) == 5
+    assert all(" calls " in line and " rows | " in line for line in listed), listed
