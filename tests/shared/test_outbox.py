@@ -212,20 +212,27 @@ async def test_the_poll_takes_a_row_whose_notify_never_came_once_it_is_a_poll_in
 ) -> None:
     """Not sooner: younger rows are in flight with the relay their NOTIFY woke, and every
     relay taking them on every poll had them all contending for the same partitions."""
+    async with db.transaction() as conn:  # before any relay listens: its first pass takes it
+        await append(conn, _event("job-early"), aggregate="job-early")
     relay = OutboxRelay(db, bus, source="test", poll_interval_s=0.5)
     task = asyncio.create_task(relay.run())
+
+    async def published(count: int) -> None:
+        for _ in range(500):
+            if relay.published >= count:
+                return
+            await asyncio.sleep(0.01)
+
     try:
-        await asyncio.sleep(0.3)  # its first pass, and it listens
+        await published(1)  # its first pass is done, and it listens
+        assert relay.published == 1
         unheard = _event("job-x").model_copy(update={"source": "corral/elsewhere"})  # another channel
         written = asyncio.get_running_loop().time()  # before the row's own clock starts
         async with db.transaction() as conn:
             await append(conn, unheard, aggregate="job-x")
-        for _ in range(300):
-            if relay.published:
-                break
-            await asyncio.sleep(0.01)
+        await published(2)
         waited = asyncio.get_running_loop().time() - written
-        assert relay.published == 1
+        assert relay.published == 2
         assert 0.5 <= waited < 3.0, waited
     finally:
         task.cancel()
