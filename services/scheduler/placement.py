@@ -53,6 +53,7 @@ class NodeIndex:
         self._racks: dict[str, list[str]] = {}
         self._rack_buckets: dict[tuple[str, str], list[dict[str, None]]] = {}
         self._rack_free: dict[tuple[str, str], int] = {}
+        self._rack_indexed: set[str] = set()  # the types whose buckets by rack are built
         # Built for every cycle over every ready node (thousands): hence the locals.
         all_nodes, buckets_of, free_of, largest = self.nodes, self._buckets, self._free, self._largest
         for node in sorted(nodes, key=attrgetter("node_id")):
@@ -98,9 +99,10 @@ class NodeIndex:
         """The buckets by (type, rack) of a type, once: each rack's bucket is the type's
         bucket filtered to the rack's nodes, in the same order, so ties resolve as if they
         had been kept from the start (both change with the same moves, ``_rebucket``)."""
-        racks = self.racks(gpu_type)
-        if racks and (gpu_type, racks[0]) in self._rack_free:
+        if gpu_type in self._rack_indexed:
             return
+        self._rack_indexed.add(gpu_type)
+        racks = self.racks(gpu_type)
         for rack in racks:
             self._rack_buckets[(gpu_type, rack)], self._rack_free[(gpu_type, rack)] = [], 0
         for count, bucket in enumerate(self._buckets.get(gpu_type, [])):

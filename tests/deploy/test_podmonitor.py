@@ -8,6 +8,7 @@ ignore unknown fields, a round trip checks that none was dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 
@@ -15,7 +16,6 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from corral.local.supervisor import SERVICES
-from services.launcher.drivers import TaskLaunch
 from services.launcher.kubernetes.manifests import pod_manifest
 from services.launcher.kubernetes.settings import KubernetesSettings
 from shared.service import Health, health_routes
@@ -29,6 +29,7 @@ from tests.deploy.render import (
     service_of,
     workloads,
 )
+from tests.launcher.samples import TASK_LAUNCH
 
 
 def podmonitor_model() -> type[BaseModel]:
@@ -132,22 +133,6 @@ def test_each_service_is_its_own_prometheus_job() -> None:
 def test_task_pods_are_not_scraped() -> None:
     # A job's pod runs the job's image: whatever it serves is not Corral's to scrape, even
     # on a port the PodMonitor names.
-    launch = TaskLaunch(
-        attempt_id="att-01m81sd0000000000000000001",
-        job_id="job-01m81scc9vkd1fesxk1gz86zrz",
-        generation=1,
-        task_role="worker",
-        task_index=0,
-        attempt_no=1,
-        node_id="gpu-node-3",
-        command="python train.py",
-        env={},
-        gpu_indices=(0,),
-        gpus=1,
-        cpus=4.0,
-        memory_mb=8192,
-        image="nvcr.io/nvidia/pytorch:24.05-py3",
-        ports={"http": [8080]},
-    )
+    launch = dataclasses.replace(TASK_LAUNCH, ports={"http": [8080]})
     pod = pod_manifest(launch, KubernetesSettings(namespace="corral"))
     assert not selected(podmonitor(), pod["metadata"]["labels"])

@@ -10,7 +10,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from services.launcher.drivers import TaskLaunch
 from services.launcher.kubernetes.manifests import (
     ManifestError,
     OwnerRef,
@@ -19,36 +18,23 @@ from services.launcher.kubernetes.manifests import (
 )
 from services.launcher.kubernetes.names import dns_label, kubernetes_environment, label_value, pod_dns_name
 from services.launcher.kubernetes.settings import KubernetesSettings
+from tests.launcher.samples import TASK_LAUNCH
 
 # The oldest Kubernetes still commonly run and the newest the package knows.
 VERSIONS = ["1.30", kubernetes_validate.latest_version()]
 SETTINGS = KubernetesSettings(namespace="corral")
 OWNER = OwnerRef("v1", "Service", "job-01m81scc9vkd1fesxk1gz86zrz", "6f1e3c2a-1b2c-4d5e-8f90-0a1b2c3d4e5f")
 
-BASE = TaskLaunch(
-    attempt_id="att-01m81sd0000000000000000001",
-    job_id="job-01m81scc9vkd1fesxk1gz86zrz",
-    generation=2,
-    task_role="worker",
-    task_index=3,
-    attempt_no=2,
-    node_id="gpu-node-3",
-    command="python train.py --epochs 3 && echo 'done'",
-    env={"MASTER_ADDR": "10.0.0.1", "PAI_TASK_ROLE_LIST": "worker", "PAI_TASK_ROLE_TASK_COUNT_worker": "4"},
-    gpu_indices=(0, 1, 2, 3),
-    gpus=4,
-    cpus=16.0,
-    memory_mb=65536,
-    image="nvcr.io/nvidia/pytorch:24.05-py3",
-)
 
 LAUNCHES = {
-    "gpu": BASE,
-    "no-gpu": dataclasses.replace(BASE, gpus=0, gpu_indices=(), cpus=0.5, memory_mb=512),
-    "ports": dataclasses.replace(BASE, ports={"master": [29500], "http": [30001, 30002], "ssh": [30001]}),
-    "max-runtime": dataclasses.replace(BASE, max_runtime_s=7200),
-    "odd-role-name": dataclasses.replace(BASE, task_role="param_server" + "x" * 52, task_index=1023),
-    "no-rendezvous": dataclasses.replace(BASE, env={"FOO": "bar"}),
+    "gpu": TASK_LAUNCH,
+    "no-gpu": dataclasses.replace(TASK_LAUNCH, gpus=0, gpu_indices=(), cpus=0.5, memory_mb=512),
+    "ports": dataclasses.replace(
+        TASK_LAUNCH, ports={"master": [29500], "http": [30001, 30002], "ssh": [30001]}
+    ),
+    "max-runtime": dataclasses.replace(TASK_LAUNCH, max_runtime_s=7200),
+    "odd-role-name": dataclasses.replace(TASK_LAUNCH, task_role="param_server" + "x" * 52, task_index=1023),
+    "no-rendezvous": dataclasses.replace(TASK_LAUNCH, env={"FOO": "bar"}),
 }
 SETTINGS_VARIANTS = {
     "affinity": SETTINGS,
@@ -76,19 +62,19 @@ def test_every_pod_manifest_is_valid(launch_name: str, settings_name: str, versi
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("owner", [None, OwnerRef("apps/v1", "Deployment", "corral-launcher", "0-1-2")])
 def test_every_service_manifest_is_valid(owner: OwnerRef | None, version: str) -> None:
-    validate(service_manifest(BASE.job_id, SETTINGS, owner), version)
+    validate(service_manifest(TASK_LAUNCH.job_id, SETTINGS, owner), version)
 
 
 def test_the_validator_catches_a_broken_manifest() -> None:
     """A guard against validating nothing: a misspelt field is an error in strict mode."""
-    broken = pod_manifest(BASE, SETTINGS)
+    broken = pod_manifest(TASK_LAUNCH, SETTINGS)
     broken["spec"]["restartPolicyy"] = "Never"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, "1.30", strict=True)
 
 
 def test_gpu_and_cpu_resources() -> None:
-    gpu = pod_manifest(BASE, SETTINGS)["spec"]["containers"][0]
+    gpu = pod_manifest(TASK_LAUNCH, SETTINGS)["spec"]["containers"][0]
     assert gpu["resources"] == {
         "requests": {"cpu": "16000m", "memory": "65536Mi"},
         "limits": {"cpu": "16000m", "memory": "65536Mi", "nvidia.com/gpu": "4"},
@@ -115,9 +101,9 @@ def test_ports_runtime_and_node_binding() -> None:
 
 def test_a_launch_without_an_image_says_how_to_fix_it() -> None:
     with pytest.raises(ManifestError, match="CORRAL_KUBERNETES_DEFAULT_IMAGE"):
-        pod_manifest(dataclasses.replace(BASE, image=None), SETTINGS)
+        pod_manifest(dataclasses.replace(TASK_LAUNCH, image=None), SETTINGS)
     defaulted = pod_manifest(
-        dataclasses.replace(BASE, image=None), SETTINGS.model_copy(update={"default_image": "x:1"})
+        dataclasses.replace(TASK_LAUNCH, image=None), SETTINGS.model_copy(update={"default_image": "x:1"})
     )
     assert defaulted["spec"]["containers"][0]["image"] == "x:1"
 
@@ -150,5 +136,5 @@ def test_rendezvous_addresses_become_pod_dns_names() -> None:
         job, "data-worker", 0, "ml", "cluster.local"
     )
     assert rewritten["OTHER"] == "kept"
-    pod = pod_manifest(dataclasses.replace(BASE, task_role="data-worker", task_index=1), SETTINGS)
+    pod = pod_manifest(dataclasses.replace(TASK_LAUNCH, task_role="data-worker", task_index=1), SETTINGS)
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("data-worker-1", job)
