@@ -1,4 +1,4 @@
-"""How the scheduler process sets up Python's cyclic garbage collector.
+"""How the scheduler and the API processes set up Python's cyclic garbage collector.
 
 CPython frees almost everything by reference counting; the cyclic collector only exists
 for reference cycles, which Corral's hot paths (a scheduling cycle's records, a
@@ -8,6 +8,13 @@ keeps ~100,000 records alive for its whole length, so they survive the young col
 are promoted, and trigger full collections over every object the process holds. In
 ``bench.sched_throughput`` that was 30 % of the scheduler's CPU (gc.callbacks: 6.5 s of
 21 s), with 48 full collections in 93 cycles.
+
+In the API the cost is latency: 16 requests in flight keep their objects alive across
+young collections, so every ~600 submits a full collection walks the FastAPI app (its
+routes, pydantic models and OpenAPI schemas) for 40-45 ms, and every request in flight
+waits for it. In ``bench.api`` those pauses made the submit p99 (60 ms against a p50 of
+12 ms); frozen after the app is built, a full collection takes ~3 ms, the p99 is
+25-29 ms and a submit costs ~10 % less CPU.
 
 So, once at start-up:
 
@@ -20,9 +27,9 @@ So, once at start-up:
 The older generations keep their defaults (and CPython's rule that a full collection
 waits until a quarter of the long-lived objects are new).
 
-Only the scheduler does this. The other services keep CPython's defaults: nothing there
-keeps such a crowd alive at once, ``bench.api`` measured the same CPU per submit either
-way, and in ``bench.e2e`` runs with every service set up like this, 3 of 6 had one
+The scheduler does this before it starts, the API once its app is built. The other
+services keep CPython's defaults: nothing there keeps such a crowd alive at once, and in
+``bench.e2e`` runs with every service set up like this, 3 of 6 had one
 start-latency probe in 50 take 0.4-0.6 s (the p99), against none of 5 without. Not
 explained yet (a longer young collection somewhere on the path is the suspect), so not
 taken where it did not pay.
