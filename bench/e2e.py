@@ -8,7 +8,8 @@ every job has ended, and prints one JSON line:
 - ``start_latency_p50_ms`` / ``_p99_ms``: submit accepted (the job row's creation) to the
   task's process started (the attempt's ``started_at``), both stamped by Postgres' clock,
   measured on an idle cluster by ``--probes`` jobs submitted one at a time (so it is the
-  platform's own latency, not time spent queueing for a GPU);
+  platform's own latency, not time spent queueing for a GPU), once the node has
+  registered its GPUs (before, the first probe measured the node's start-up: ~0.5 s);
 - ``loaded_start_latency_p50_ms`` / ``_p99_ms``: the same during the throughput run, where
   1000 jobs compete for 8 GPUs and most of it is queueing;
 - ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client;
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     # With --statements, the private Postgres loads pg_stat_statements.
     extra_env = {"CORRAL_PG_STATEMENTS": "1"} if args.statements else {}
     with private_stack(gpus=args.gpus, keep=args.keep, extra_env=extra_env) as stack:
+        stack.wait_for_gpus(args.gpus)  # an idle cluster: its node registered
         result = asyncio.run(measure(stack, args.jobs, args.concurrency, args.probes, args.statements))
     result = {"bench": "e2e", "gpus": args.gpus, **result}
     if args.with_slurm:

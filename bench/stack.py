@@ -84,6 +84,19 @@ class BenchStack:
         used["postgres"] = tree_cpu_s(self.postmaster_pid())
         return used
 
+    def wait_for_gpus(self, gpus: int, timeout_s: float = 60.0) -> None:
+        """Until a node with ``gpus`` GPUs is READY and takes work. Every service answers
+        /readyz before the node's first heartbeat has registered it (about half a
+        second later), and a job submitted in between waits for the node, not for Corral."""
+        headers = {"Authorization": f"Bearer {self.token()}"}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            nodes = httpx.get(f"{self.base_url}/api/v1/nodes", headers=headers, timeout=5).json()["items"]
+            if any(n["state"] == "READY" and not n["drained"] and n["gpu_count"] >= gpus for n in nodes):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"no READY node with {gpus} GPUs after {timeout_s:.0f} s")
+
     _pg_port: int = 0
     _nats_port: int = 0
 
