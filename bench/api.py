@@ -47,6 +47,7 @@ import asyncpg
 import nats
 from nats.js import JetStreamContext
 
+from bench.api_clients import spawn_client
 from bench.stack import BenchStack, cpu_s, private_stack, tree_cpu_s
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
@@ -76,18 +77,6 @@ class Cpu:
         return cpu_s(self.api), tree_cpu_s(self.postgres)
 
 
-async def _client(command: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench.api_clients",
-        command,
-        json.dumps(spec),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-
-
 async def measure_submits(
     stack: BenchStack, cpu: Cpu, submits: int, warmup: int, concurrency: int
 ) -> dict[str, Any]:
@@ -100,7 +89,7 @@ async def measure_submits(
         "warmup": warmup,
         "concurrency": concurrency,
     }
-    client = await _client("submit", spec)
+    client = await spawn_client("submit", spec)
     assert client.stdout is not None
     # The window is the client's timed part; read CPU around the whole run and take out
     # the warm-up share (the warm-up is a few percent of it, and costs the same per submit).
@@ -183,7 +172,7 @@ async def measure_sse(
     stack: BenchStack, cpu: Cpu, subscribers: int, rate: float, seconds: float, burst: int
 ) -> dict[str, Any]:
     spec = {"host": "127.0.0.1", "port": stack.port, "token": stack.token(), "subscribers": subscribers}
-    client = await _client("sse", spec)
+    client = await spawn_client("sse", spec)
     assert client.stdout is not None
     assert client.stdin is not None
     stdout = client.stdout

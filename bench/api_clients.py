@@ -1,4 +1,4 @@
-"""The load generators of ``bench.api``, run as a separate process (``python -m bench.api_clients``).
+"""The load generators of ``bench.api`` and ``bench.e2e`` (``python -m bench.api_clients``).
 
 Why a separate process: on a 2-core machine a client in the API's own process (or in
 the benchmark's, next to the publisher) would share an event loop or a GIL with what it
@@ -177,6 +177,19 @@ async def sse_subscribers(spec: dict[str, Any]) -> None:
         each.close()
     summary = {"client_cpu_s": _cpu_s() - cpu_at_start, "connections_lost": lost}
     print(json.dumps(summary), flush=True)
+
+
+async def spawn_client(command: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:
+    """Start this module's ``command`` (submit or sse) in a process of its own."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.api_clients",
+        command,
+        json.dumps(spec),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
