@@ -154,7 +154,6 @@ class Cycle:
         self.last_settings = replace(
             self._policy,
             starve_after_s=self._starvation.limit(self._typical_wait_s),
-            protect_after_s=self._starvation.min_wait_s,
         )
         return self.last_settings
 

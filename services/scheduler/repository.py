@@ -164,6 +164,7 @@ async def _running_jobs(
                 gpu_type=types.get(gpu_nodes[0], "") if gpu_nodes else "",
                 slices=tuple(slices),
                 borrowed=row["borrowed"],
+                promoted=row["promoted"],
                 runtime_s=row["runtime_s"],
                 max_runtime_s=row["max_runtime_s"],
                 preempting=row["preempting"],
@@ -226,6 +227,7 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
                     p.node_id,
                     list(p.gpu_indices),
                     decision.borrowed,
+                    decision.promoted,
                 )
                 for p in decision.placements
             ],

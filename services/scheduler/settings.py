@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.scheduler.model import LIVE_RESERVE_AFTER_S
+from services.scheduler.model import LIVE_RESERVE_AFTER_S, PlanSettings
 from services.scheduler.starvation import StarvationRule
 from shared.settings import CommonSettings
 
@@ -29,6 +29,9 @@ class SchedulerSettings(BaseSettings):
     starve_min_wait_s: float = Field(default=StarvationRule.min_wait_s, gt=0)
     starve_factor: float = Field(default=StarvationRule.factor, ge=0)
     starve_window_s: float = Field(default=StarvationRule.window_s, gt=0)
+    # Promoted jobs, placed or waiting, hold at most this share of the cluster's GPUs
+    # (longest wait first): the rest of the cluster stays with least attained service.
+    starve_budget_share: float = Field(default=PlanSettings.starve_budget_share, gt=0, le=1)
     # The first job that cannot fit holds a reservation (EASY backfill) once it waited this
     # long; before, smaller jobs behind it go ahead. Off (inf) by default: on the traces,
     # reservations held for wide jobs cost 10-25% of average JCT, and starving jobs get in

@@ -119,7 +119,7 @@ class VictimFinder:
                 running.priority == job.priority
                 and (running.borrowed or running.vc == job.vc)
                 and running.runtime_s >= self.settings.min_runtime_s
-                and not self.settings.protected(running.waited_s, running.gpus, self.cluster_gpus)
+                and not running.promoted
             ):
                 yield Candidate(running, free_already=False)
 

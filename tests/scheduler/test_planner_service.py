@@ -61,12 +61,36 @@ def test_a_starving_job_ranks_first_preempts_and_is_then_never_preempted_for_ser
     starving = job("starving", 8, attained_gpu_s=99 * HOUR, waited_s=49 * HOUR)
     result = plan([starving], nodes, running=busy, vcs=VCS, settings=SETTINGS)
     assert len(result.preemptions) == 1  # one 8-GPU job, though every one is at level 0
-    # Running now, with far more service than anyone: still not a victim, it was promoted.
+    free = [node("n0", 8), *nodes[1:]]  # had n0 been free, its allocation would say "promoted"
+    placed = plan([starving], free, running=busy[1:], vcs=VCS, settings=SETTINGS).decisions
+    assert [(d.job.job_id, d.promoted) for d in placed] == [("starving", True)]
+    # Running now, with far more service than anyone: still not a victim, it was promoted
+    # (its allocation says so), even once a higher limit no longer counts its wait as long.
     promoted = running(
-        "starving", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=100 * HOUR, waited_s=49 * HOUR
+        "starving", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=100 * HOUR, promoted=True
     )
     later = plan([job("new", 8)], nodes, running=[promoted, *busy[1:]], vcs=VCS, settings=SETTINGS)
     assert [p.job_id for p in later.preemptions] == []
+    # A job that merely waited as long before it started, unpromoted, is served like any.
+    waited = running("waited", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=100 * HOUR)
+    waited.waited_s = 49 * HOUR
+    other = plan([job("new", 8)], nodes, running=[waited, *busy[1:]], vcs=VCS, settings=SETTINGS)
+    assert [p.job_id for p in other.preemptions] == ["waited"]
+
+
+def test_promoted_jobs_hold_at_most_half_the_cluster_longest_wait_first() -> None:
+    # 32 GPUs: a budget of 16. One promoted 8-GPU job runs; of two starving 8-GPU jobs
+    # only the one that waited longer is promoted (and preempts), though it came later.
+    nodes = [node(f"n{i}", 0) for i in range(4)]
+    old = running("old", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=99 * HOUR, promoted=True)
+    busy = [
+        running(f"r{i}", f"n{i}", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=400.0) for i in range(1, 4)
+    ]
+    first = job("first", 8, attained_gpu_s=99 * HOUR, waited_s=50 * HOUR)
+    longer = job("longer", 8, attained_gpu_s=99 * HOUR, waited_s=60 * HOUR)
+    result = plan([first, longer], nodes, running=[old, *busy], vcs=VCS, settings=SETTINGS)
+    assert [p.for_job for p in result.preemptions] == ["longer"]
+    assert [w.job_id for w in result.waiting] == ["longer", "first"]
 
 
 def test_a_wide_job_is_never_promoted() -> None:

@@ -53,6 +53,7 @@ class LivePlanner:
         # Not in submission order once a preempted job comes back: ``_in_submission_order``.
         self.pending: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
+        self.promoted: set[str] = set()  # running jobs placed as promoted (allocations.promoted)
         self._per_node = 8
 
     def submit(self, job: Job, now: float) -> None:
@@ -60,6 +61,7 @@ class LivePlanner:
 
     def finished(self, job: Job, now: float) -> None:
         self.running.pop(job.id, None)
+        self.promoted.discard(job.id)
 
     def wake_at(self, job: Job, now: float) -> float | None:
         """When a running job's attained service crosses its next threshold: its service
@@ -81,7 +83,6 @@ class LivePlanner:
             settings = replace(
                 settings,
                 starve_after_s=self.starvation.limit(self.typical.value(now)),
-                protect_after_s=self.starvation.min_wait_s,
             )
         for _ in range(MAX_REPLANS):
             if not self.pending:
@@ -94,6 +95,8 @@ class LivePlanner:
             )
             for decision in result.decisions:
                 job = self.pending.pop(decision.job.job_id)
+                if decision.promoted:
+                    self.promoted.add(job.id)
                 placement = Placement(
                     tuple(Slice(int(p.node_id), p.gpu_indices) for p in decision.placements if p.gpu_indices)
                 )
@@ -105,6 +108,7 @@ class LivePlanner:
                 decided.started.append(job)
             for preemption in result.preemptions:
                 victim = self.running.pop(preemption.job_id)
+                self.promoted.discard(victim.id)
                 cluster.release(victim.stop(now))
                 victim.preemptions += 1
                 self.pending[victim.id] = victim
@@ -153,7 +157,9 @@ class LivePlanner:
     def _running_job(self, job: Job, now: float) -> RunningJob:
         assert job.placement is not None
         slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
-        running = RunningJob(job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True)
+        running = RunningJob(
+            job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True, promoted=job.id in self.promoted
+        )
         return replace(
             running, runtime_s=now - job.since_s, attained_gpu_s=job.attained_at(now), waited_s=job.waited_s
         )

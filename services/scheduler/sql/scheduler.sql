@@ -37,9 +37,9 @@ ORDER BY a.job_id;
 
 -- name: live_allocations
 -- Every placed job's GPUs, with what the policy weighs when choosing victims: owner,
--- priority, borrowed or not, how long since it was placed, its limit, whether a
+-- priority, borrowed or not, promoted or not, how long since it was placed, its limit, whether a
 -- preemption was already asked for this generation.
-SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed,
+SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed, a.promoted,
        (SELECT (t->'resources'->>'cpus')::float8 FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
         WHERE t->>'name' = a.task_role) AS cpus,
        (SELECT (t->'resources'->>'memory_mb')::bigint FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
@@ -97,8 +97,9 @@ WHERE id = $1 AND state = 'PENDING' AND version = $2
 RETURNING generation;
 
 -- name: insert_allocation
-INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed)
-VALUES ($1, $2, $3, $4, $5, $6, $7);
+INSERT INTO scheduler.allocations
+    (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
 
 -- name: insert_preemption
 -- One decision per job generation; only a placed job can be preempted.
