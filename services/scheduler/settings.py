@@ -23,9 +23,9 @@ class SchedulerSettings(BaseSettings):
     # (or borrowed ones) that were served much more. Off: only quota and priority preempt.
     preempt_for_service: bool = True
     # Starvation guard (starvation.py): a job pending longer than ``starve_factor`` times the
-    # typical wait of the last ``starve_window_s`` — and at least ``starve_min_wait_s`` —
-    # ranks first and may preempt. The defaults met the production traces' tail bars
-    # (docs/performance.md).
+    # typical wait (finished jobs' queueing delay, a moving average with time constant
+    # ``starve_window_s``) — and at least ``starve_min_wait_s`` — ranks first and may
+    # preempt. The defaults met the production traces' tail bars (docs/performance.md).
     starve_min_wait_s: float = Field(default=StarvationRule.min_wait_s, gt=0)
     starve_factor: float = Field(default=StarvationRule.factor, ge=0)
     starve_window_s: float = Field(default=StarvationRule.window_s, gt=0)

@@ -49,7 +49,7 @@ class LivePlanner:
         ``settings`` given: the fixed limits in ``settings``."""
         self.settings = settings or PlanSettings(reserve_after_s=LIVE_RESERVE_AFTER_S)
         self.starvation = starvation if starvation is not None or settings is not None else StarvationRule()
-        self.typical = TypicalWait(self.starvation.window_s if self.starvation else 0.0)
+        self.typical = TypicalWait(self.starvation.window_s if self.starvation else 1.0)
         # Not in submission order once a preempted job comes back: ``_in_submission_order``.
         self.pending: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
@@ -61,6 +61,7 @@ class LivePlanner:
 
     def finished(self, job: Job, now: float) -> None:
         self.running.pop(job.id, None)
+        self.typical.finished(now, job.waited_s)
         self.promoted.discard(job.id)
 
     def wake_at(self, job: Job, now: float) -> float | None:
@@ -82,7 +83,7 @@ class LivePlanner:
         if self.starvation is not None:
             settings = replace(
                 settings,
-                starve_after_s=self.starvation.limit(self.typical.value(now)),
+                starve_after_s=self.starvation.limit(self.typical.value),
             )
         for _ in range(MAX_REPLANS):
             if not self.pending:
@@ -101,8 +102,6 @@ class LivePlanner:
                     tuple(Slice(int(p.node_id), p.gpu_indices) for p in decision.placements if p.gpu_indices)
                 )
                 cluster.claim(placement)
-                if job.first_start_s is None:
-                    self.typical.started(now, now - job.submit_s)
                 job.start(now, placement)
                 self.running[job.id] = job
                 decided.started.append(job)

@@ -134,11 +134,18 @@ ON CONFLICT (only_row) DO UPDATE SET job_ids = excluded.job_ids, updated_at = no
 DELETE FROM scheduler.pending_status s
 WHERE NOT EXISTS (SELECT 1 FROM unnest($1::text[]) AS w(job_id) WHERE w.job_id = s.job_id);
 
--- name: typical_wait
--- The average wait from submit to first start of the jobs whose first attempt started in
--- the last $1 seconds: the load measure of the starvation limit (starvation.py).
-SELECT avg(extract(epoch FROM f.first_start - j.created_at))::float8
-FROM (SELECT job_id, min(started_at) AS first_start FROM launcher.attempts
-      WHERE started_at IS NOT NULL GROUP BY job_id) f
-JOIN api.jobs j ON j.id = f.job_id
-WHERE f.first_start > now() - make_interval(secs => $1);
+-- name: finished_waits
+-- The jobs that finished after $1 (epoch seconds), in the order they finished, with their
+-- queueing delay: age at the end less the time its runs took (attained GPU-seconds over
+-- its GPUs, as for a pending job's waits): the load measure of the starvation limit
+-- (starvation.py). GPU-less jobs have no run time to take away and are left out.
+SELECT extract(epoch FROM j.finished_at)::float8 AS finished_s,
+       greatest(0, extract(epoch FROM j.finished_at - j.created_at)
+                   - (SELECT coalesce(sum(cardinality(x.gpu_indices)
+                                          * extract(epoch FROM coalesce(x.finished_at, j.finished_at)
+                                                               - x.started_at)), 0)
+                      FROM launcher.attempts x WHERE x.job_id = j.id AND x.started_at IS NOT NULL)
+                     / j.total_gpus)::float8 AS waited_s
+FROM api.jobs j
+WHERE j.finished_at > to_timestamp($1) AND j.state IN ('SUCCEEDED', 'FAILED') AND j.total_gpus > 0
+ORDER BY j.finished_at, j.id;
