@@ -24,8 +24,9 @@ one with the longest queue.
 will). A job's service level is how many GPU-second thresholds its attained service (all
 its runs) has passed, x4 from 900 GPU-s. Within a priority, lower levels go first, and a
 job may preempt jobs of its own VC (or borrowed ones) of its priority at a higher level
-once they ran ``min_runtime_s``: short and new jobs overtake long ones without anyone
-saying how long a job is. Least attained service alone starves long jobs, so a
+once they ran ``min_runtime_s`` (highest level first; within a level, gangs too wide to
+be promoted last): short and new jobs overtake long ones without anyone saying how long
+a job is. Least attained service alone starves long jobs, so a
 *starvation guard* (``levels.py``) promotes jobs pending ``starve_after_s`` (all their
 waits; the live cycle makes it load-aware, ``starvation.py``), longest wait first, while
 the promoted ones hold at most half the cluster's GPUs, above every job of their

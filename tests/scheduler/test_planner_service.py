@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.model import PlanSettings
+from services.scheduler.model import PlanSettings, RunningJob
 from services.scheduler.planner import plan
 from services.scheduler.policy.cluster import Cluster
 from services.scheduler.policy.jobs import Job, JobId
@@ -147,3 +147,25 @@ def test_replayed_a_job_back_from_preemption_keeps_its_place_by_submission() -> 
     replay.submit(first, 30.0)  # preempted last, so back in the queue last
     started = replay.schedule(40.0, Cluster(1, 4)).started
     assert [job.id for job in started] == ["first"]
+
+
+def test_within_a_service_level_a_gang_too_wide_to_be_promoted_is_preempted_last() -> None:
+    # 16 nodes: a 64-GPU gang (wider than a quarter: the guard would never get it back)
+    # and an 8-GPU job, both at the top level; the gang has been served more, but the new
+    # job preempts the 8-GPU one.
+    nodes = [node(f"n{i}", 0) for i in range(16)]
+    gang = RunningJob(
+        "gang",
+        "default",
+        "u",
+        0,
+        "H100",
+        tuple((f"n{i}", tuple(range(8))) for i in range(8)),
+        borrowed=True,
+        runtime_s=10 * HOUR,
+        attained_gpu_s=64 * 10 * HOUR,
+    )
+    small = running("small", "n8", 8, borrowed=True, runtime_s=40 * HOUR, attained_gpu_s=8 * 40 * HOUR)
+    fresh = [running(f"r{i}", f"n{i}", 8, borrowed=True, runtime_s=60) for i in range(9, 16)]
+    result = plan([job("new", 8)], nodes, running=[gang, small, *fresh], vcs=VCS, settings=SETTINGS)
+    assert [p.job_id for p in result.preemptions] == ["small"]
