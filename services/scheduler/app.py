@@ -25,6 +25,7 @@ async def serve(settings: Settings) -> None:
             min_runtime_s=scheduler.min_runtime_s,
             preempt_for_service=scheduler.preempt_for_service,
             reserve_after_s=scheduler.reserve_after_s,
+            starve_budget_share=scheduler.starve_budget_share,
         )
         cycle = Cycle(leadership, scheduler.cycle_interval_s, policy, scheduler.starvation())
         async with asyncio.TaskGroup() as tg:

@@ -26,11 +26,11 @@ from services.scheduler.preemption import evict_from_drained_nodes, request_pree
 from services.scheduler.repository import (
     PendingJobs,
     commit_decisions,
+    finished_waits,
     load_snapshot,
-    typical_wait,
     write_pending_status,
 )
-from services.scheduler.starvation import StarvationRule
+from services.scheduler.starvation import StarvationRule, TypicalWait
 from shared.aio import raise_if_cancelling, wait_event
 from shared.db.pool import Connection
 
@@ -39,7 +39,10 @@ log = logging.getLogger(__name__)
 MAX_PENDING_PER_CYCLE = 5000
 
 
-TYPICAL_WAIT_EVERY_S = 60.0  # how often the starvation limit's typical wait is read again
+TYPICAL_WAIT_EVERY_S = 60.0  # how often the jobs finished since are folded into the typical wait
+# How far back a new leader folds finished jobs in: four time constants leave the older
+# ones under 2% of the average.
+TYPICAL_WAIT_HISTORY = 4
 
 
 class Cycle:
@@ -55,7 +58,7 @@ class Cycle:
         self._interval_s = interval_s
         self._policy = policy or PlanSettings()
         self._starvation = starvation
-        self._typical_wait_s = 0.0
+        self._typical = TypicalWait(starvation.window_s if starvation else 1.0)
         self._typical_wait_at = -math.inf
         self.last_settings = self._policy
         self._wakeup = asyncio.Event()
@@ -144,18 +147,18 @@ class Cycle:
 
     async def _settings_now(self, conn: Connection) -> PlanSettings:
         """The policy with this cycle's starvation limit: load-aware, from the typical wait,
-        read once a minute."""
+        into which the jobs finished since are folded once a minute."""
         if self._starvation is None:
             return self._policy
         now = time.monotonic()
         if now - self._typical_wait_at >= TYPICAL_WAIT_EVERY_S:
-            self._typical_wait_s = await typical_wait(conn, self._starvation.window_s)
+            after = self._typical.last_finish_s
+            if after is None:
+                after = time.time() - TYPICAL_WAIT_HISTORY * self._starvation.window_s
+            for finished_s, waited_s in await finished_waits(conn, after):
+                self._typical.finished(finished_s, waited_s)
             self._typical_wait_at = now
-        self.last_settings = replace(
-            self._policy,
-            starve_after_s=self._starvation.limit(self._typical_wait_s),
-            protect_after_s=self._starvation.min_wait_s,
-        )
+        self.last_settings = replace(self._policy, starve_after_s=self._starvation.limit(self._typical.value))
         return self.last_settings
 
     def settings(self) -> PlanSettings:

@@ -109,6 +109,7 @@ class RunningJob:
     preempting: bool = False  # a preemption was already asked for: its GPUs are coming free
     attained_gpu_s: float = 0.0  # GPU-seconds of all its runs, this one included
     waited_s: float = 0.0  # how long it was pending before this run, all its waits together
+    promoted: bool = False  # placed by the starvation guard: never preempted for service
     gpus: int = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
 
     def __post_init__(self) -> None:
@@ -158,6 +159,7 @@ class Decision:
     job: PendingJob
     placements: list[InstancePlacement] = field(default_factory=list)
     borrowed: bool = False
+    promoted: bool = False  # by the starvation guard (levels.py): kept with its allocation
 
 
 @dataclass(frozen=True)
@@ -212,25 +214,20 @@ class PlanSettings:
     # job that does not fit). 0: at once. Without run-time limits nothing can backfill a
     # reservation, so an early one blocks the queue behind every wide job.
     reserve_after_s: float = 0.0
-    # Starvation guard: a job pending this long (all its waits) ranks before every job of
-    # its priority, may preempt any of them that is not itself promoted, and once running
-    # is never preempted for service: least attained service alone starves long jobs.
-    # Jobs wider than ``starve_max_share`` of the cluster's GPUs are never promoted (a
-    # promoted gang holding half a small cluster for days costs everyone else more).
+    # Starvation guard (levels.py): a job pending this long (all its waits) may be
+    # promoted: it then ranks before every job of its priority, may preempt any of them
+    # that is not itself promoted, and once placed is never preempted for service (its
+    # allocation says it was promoted): least attained service alone starves long jobs.
+    # Longest wait first, while promoted jobs, placed or not, hold at most
+    # ``starve_budget_share`` of the cluster's GPUs; jobs wider than ``starve_max_share``
+    # of them are never promoted (a promoted gang holding half a small cluster for days
+    # costs everyone else more).
     starve_after_s: float = math.inf
     starve_max_share: float = 0.25
-    # A running job that waited this long before it started is never preempted for
-    # service, even once the (load-aware) starvation limit has moved past its wait: the
-    # promotion must hold until it finishes, or the limit chases the job (the jobs it
-    # delays wait longer, which raises the limit). inf: the starvation limit itself.
-    protect_after_s: float = math.inf
+    starve_budget_share: float = 0.5
 
-    def promoted(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
+    def promotable(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
         return waited_s >= self.starve_after_s and gpus <= self.starve_max_share * cluster_gpus
-
-    def protected(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
-        limit = min(self.starve_after_s, self.protect_after_s)
-        return waited_s >= limit and gpus <= self.starve_max_share * cluster_gpus
 
     def service_level(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.service_thresholds_gpu_s, attained_gpu_s)

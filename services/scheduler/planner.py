@@ -24,12 +24,15 @@ one with the longest queue.
 will). A job's service level is how many GPU-second thresholds its attained service (all
 its runs) has passed, x4 from 900 GPU-s. Within a priority, lower levels go first, and a
 job may preempt jobs of its own VC (or borrowed ones) of its priority at a higher level
-once they ran ``min_runtime_s``: short and new jobs overtake long ones without anyone
-saying how long a job is. Least attained service alone starves long jobs, so a
-*starvation guard* promotes a job pending ``starve_after_s`` (all its waits; the live
-cycle makes it load-aware, ``starvation.py``) above every job of its priority: it may
-preempt any that is not protected, and once running is never preempted for service
-(``protect_after_s``); jobs wider than a quarter of the cluster are never promoted.
+once they ran ``min_runtime_s`` (highest level first; within a level, gangs too wide to
+be promoted last): short and new jobs overtake long ones without anyone saying how long
+a job is. Least attained service alone starves long jobs, so a
+*starvation guard* (``levels.py``) promotes jobs pending ``starve_after_s`` (all their
+waits; the live cycle makes it load-aware, ``starvation.py``), longest wait first, while
+the promoted ones hold at most half the cluster's GPUs, above every job of their
+priority: a promoted job may preempt any that is not promoted, and once placed (its
+allocation says so) is never preempted for service; jobs wider than a quarter of the
+cluster are never promoted.
 ``bench.simulate --policy live`` replays the production traces through this very
 function (``policy/live.py``).
 
@@ -56,11 +59,11 @@ in the order above, and, when the running jobs' limits allow it, an estimated st
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from services.scheduler.estimate import estimate_starts
+from services.scheduler.levels import PROMOTED, service_levels
 from services.scheduler.model import (
     ANY_TYPE,
     Decision,
@@ -139,7 +142,7 @@ class _Planner:
         self._explained_at = 0  # the version the memo holds answers for
         self._guaranteed: dict[tuple[str, str | None, int], list[str]] = {}  # as _explained
         self._guaranteed_at = 0
-        self._levels = self._service_levels()  # by job: see level_of
+        self._levels = service_levels(pending, running, settings, self.cluster_gpus)  # see level_of
         # By GPU type: the fewest GPUs a job left waiting for that type's capacity asks.
         # A job behind it asking as many or more waits for Priority (reasons.py).
         self._queued_need: dict[str, int] = {}
@@ -176,21 +179,8 @@ class _Planner:
     def level_of(self, job: PendingJob) -> int:
         """Its service level (least attained service), or -1 when the starvation guard
         promoted it: it then ranks before, and may preempt, every job of its priority.
-        Fixed for the cycle: worked out for every pending job at once (``_service_levels``)."""
+        Fixed for the cycle: worked out for every pending job at once (levels.py)."""
         return self._levels[job.job_id]
-
-    def _service_levels(self) -> dict[str, int]:
-        """``level_of`` of each pending job. One loop with the settings' parts in locals,
-        not a method call per job: the order needs every job's level, every cycle."""
-        settings, cluster_gpus = self.settings, self.cluster_gpus
-        thresholds, starve_after_s = settings.service_thresholds_gpu_s, settings.starve_after_s
-        levels = {}
-        for job in self.pending:
-            if job.waited_s >= starve_after_s and settings.promoted(job.waited_s, job.gpus, cluster_gpus):
-                levels[job.job_id] = -1
-            else:  # settings.service_level(job.attained_gpu_s), inlined
-                levels[job.job_id] = bisect.bisect_right(thresholds, job.attained_gpu_s)
-        return levels
 
     # --- the cycle --------------------------------------------------------------------
 
@@ -320,7 +310,8 @@ class _Planner:
     def commit(
         self, job: PendingJob, gpu_type: str, placements: list[InstancePlacement], borrowed: bool
     ) -> None:
-        self.result.decisions.append(Decision(job, placements, borrowed=borrowed and job.gpus > 0))
+        promoted = self._levels.get(job.job_id) == PROMOTED
+        self.result.decisions.append(Decision(job, placements, borrowed and job.gpus > 0, promoted))
         self.version += 1
         self.tally.add(job.vc, job.user, gpu_type, job.gpus, borrowed and job.gpus > 0)
 

@@ -164,6 +164,7 @@ async def _running_jobs(
                 gpu_type=types.get(gpu_nodes[0], "") if gpu_nodes else "",
                 slices=tuple(slices),
                 borrowed=row["borrowed"],
+                promoted=row["promoted"],
                 runtime_s=row["runtime_s"],
                 max_runtime_s=row["max_runtime_s"],
                 preempting=row["preempting"],
@@ -175,11 +176,11 @@ async def _running_jobs(
     return jobs
 
 
-async def typical_wait(conn: Connection, window_s: float) -> float:
-    """The average wait, submit to first start, of the jobs first started within the window
-    (the starvation limit's measure of load: starvation.py)."""
-    value = await conn.fetchval(SQL.typical_wait, window_s)
-    return float(value or 0.0)
+async def finished_waits(conn: Connection, after_s: float) -> list[tuple[float, float]]:
+    """(finished at, queueing delay) of the jobs that finished after ``after_s`` (epoch
+    seconds), in the order they finished: what the starvation limit's typical wait folds
+    in (starvation.py)."""
+    return [(row["finished_s"], row["waited_s"]) for row in await conn.fetch(SQL.finished_waits, after_s)]
 
 
 def _waited_before(row: asyncpg.Record, gpus: int) -> float:
@@ -226,6 +227,7 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
                     p.node_id,
                     list(p.gpu_indices),
                     decision.borrowed,
+                    decision.promoted,
                 )
                 for p in decision.placements
             ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.scheduler.model import LIVE_RESERVE_AFTER_S
+from services.scheduler.model import LIVE_RESERVE_AFTER_S, PlanSettings
 from services.scheduler.starvation import StarvationRule
 from shared.settings import CommonSettings
 
@@ -23,12 +23,15 @@ class SchedulerSettings(BaseSettings):
     # (or borrowed ones) that were served much more. Off: only quota and priority preempt.
     preempt_for_service: bool = True
     # Starvation guard (starvation.py): a job pending longer than ``starve_factor`` times the
-    # typical wait of the last ``starve_window_s`` — and at least ``starve_min_wait_s`` —
-    # ranks first and may preempt. The defaults met the production traces' tail bars
-    # (docs/performance.md).
+    # typical wait (finished jobs' queueing delay, a moving average with time constant
+    # ``starve_window_s``) — and at least ``starve_min_wait_s`` — ranks first and may
+    # preempt. The defaults met the production traces' tail bars (docs/performance.md).
     starve_min_wait_s: float = Field(default=StarvationRule.min_wait_s, gt=0)
     starve_factor: float = Field(default=StarvationRule.factor, ge=0)
     starve_window_s: float = Field(default=StarvationRule.window_s, gt=0)
+    # Promoted jobs, placed or waiting, hold at most this share of the cluster's GPUs
+    # (longest wait first): the rest of the cluster stays with least attained service.
+    starve_budget_share: float = Field(default=PlanSettings.starve_budget_share, gt=0, le=1)
     # The first job that cannot fit holds a reservation (EASY backfill) once it waited this
     # long; before, smaller jobs behind it go ahead. Off (inf) by default: on the traces,
     # reservations held for wide jobs cost 10-25% of average JCT, and starving jobs get in

@@ -53,7 +53,7 @@ class VictimFinder:
         self._by_cost: dict[tuple[str, str], list[RunningJob]] = {}  # sorted on first use: see by_cost
         self._guaranteed: dict[str, dict[str, list[RunningJob]]] = {}  # by type, then VC
         self._reclaimable: dict[str, list[RunningJob]] = {}  # by_cost's head, sorted on first use
-        self._by_service: dict[str, list[RunningJob]] = {}  # most attained service first
+        self._by_service: dict[str, list[RunningJob]] = {}  # highest service level first
         self._top_level: dict[str, int] = {}
         self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.searches = 0
@@ -88,11 +88,21 @@ class VictimFinder:
         return self._reclaimable[gpu_type]
 
     def by_service(self, gpu_type: str) -> list[RunningJob]:
-        """Running jobs of a type, already stopping first, then most attained service."""
+        """Running jobs of a type, already stopping first, then highest service level; within
+        a level, jobs too wide for the starvation guard to promote last (nothing else gets
+        a preempted one back: on a 16-node slice a 64-GPU gang, preempted first as the most
+        served, waited 8 days), then most attained service."""
         if gpu_type not in self._by_service:
+            level, wide = self.settings.service_level, self.settings.starve_max_share * self.cluster_gpus
             self._by_service[gpu_type] = sorted(
                 self.running_on.get(gpu_type, ()),
-                key=lambda r: (not r.preempting, -r.attained_gpu_s, r.job_id),
+                key=lambda r: (
+                    not r.preempting,
+                    -level(r.attained_gpu_s),
+                    r.gpus > wide,
+                    -r.attained_gpu_s,
+                    r.job_id,
+                ),
             )
         return self._by_service[gpu_type]
 
@@ -106,7 +116,7 @@ class VictimFinder:
     def service_candidates(self, job: PendingJob, gpu_type: str, level: int) -> Iterator[Candidate]:
         """Least attained service: jobs of ``job``'s priority, of its VC or borrowed, whose
         service level is above ``level`` (the job's; -1 when the starvation guard promoted
-        it) and that ran ``min_runtime_s``, never a promoted one; most served first."""
+        it) and that ran ``min_runtime_s``, never a promoted one; in ``by_service`` order."""
         for running in self.by_service(gpu_type):
             if running.job_id in self.claimed:
                 continue
@@ -114,12 +124,12 @@ class VictimFinder:
                 yield Candidate(running, free_already=True)
                 continue
             if self.settings.service_level(running.attained_gpu_s) <= level:
-                return  # sorted by service: nobody further is above the job's level
+                return  # sorted by service level: nobody further is above the job's
             if (
                 running.priority == job.priority
                 and (running.borrowed or running.vc == job.vc)
                 and running.runtime_s >= self.settings.min_runtime_s
-                and not self.settings.protected(running.waited_s, running.gpus, self.cluster_gpus)
+                and not running.promoted
             ):
                 yield Candidate(running, free_already=False)
 

@@ -485,7 +485,8 @@ CREATE TABLE scheduler.allocations (
     gpu_indices integer[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     released_at timestamp with time zone,
-    borrowed boolean DEFAULT false NOT NULL
+    borrowed boolean DEFAULT false NOT NULL,
+    promoted boolean DEFAULT false NOT NULL
 );
 CREATE TABLE scheduler.pending_status (
     job_id text NOT NULL,

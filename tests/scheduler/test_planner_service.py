@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.model import PlanSettings
+from services.scheduler.model import PlanSettings, RunningJob
 from services.scheduler.planner import plan
+from services.scheduler.policy.cluster import Cluster
+from services.scheduler.policy.jobs import Job, JobId
+from services.scheduler.policy.live import LivePlanner
 from services.scheduler.starvation import StarvationRule
 from tests.scheduler.test_corral_policy import _long
 from tests.scheduler.test_planner import VCS, job, node, running
@@ -58,12 +61,36 @@ def test_a_starving_job_ranks_first_preempts_and_is_then_never_preempted_for_ser
     starving = job("starving", 8, attained_gpu_s=99 * HOUR, waited_s=49 * HOUR)
     result = plan([starving], nodes, running=busy, vcs=VCS, settings=SETTINGS)
     assert len(result.preemptions) == 1  # one 8-GPU job, though every one is at level 0
-    # Running now, with far more service than anyone: still not a victim, it was promoted.
+    free = [node("n0", 8), *nodes[1:]]  # had n0 been free, its allocation would say "promoted"
+    placed = plan([starving], free, running=busy[1:], vcs=VCS, settings=SETTINGS).decisions
+    assert [(d.job.job_id, d.promoted) for d in placed] == [("starving", True)]
+    # Running now, with far more service than anyone: still not a victim, it was promoted
+    # (its allocation says so), even once a higher limit no longer counts its wait as long.
     promoted = running(
-        "starving", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=100 * HOUR, waited_s=49 * HOUR
+        "starving", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=100 * HOUR, promoted=True
     )
     later = plan([job("new", 8)], nodes, running=[promoted, *busy[1:]], vcs=VCS, settings=SETTINGS)
     assert [p.job_id for p in later.preemptions] == []
+    # A job that merely waited as long before it started, unpromoted, is served like any.
+    waited = running("waited", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=100 * HOUR)
+    waited.waited_s = 49 * HOUR
+    other = plan([job("new", 8)], nodes, running=[waited, *busy[1:]], vcs=VCS, settings=SETTINGS)
+    assert [p.job_id for p in other.preemptions] == ["waited"]
+
+
+def test_promoted_jobs_hold_at_most_half_the_cluster_longest_wait_first() -> None:
+    # 32 GPUs: a budget of 16. One promoted 8-GPU job runs; of two starving 8-GPU jobs
+    # only the one that waited longer is promoted (and preempts), though it came later.
+    nodes = [node(f"n{i}", 0) for i in range(4)]
+    old = running("old", "n0", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=99 * HOUR, promoted=True)
+    busy = [
+        running(f"r{i}", f"n{i}", 8, borrowed=True, runtime_s=HOUR, attained_gpu_s=400.0) for i in range(1, 4)
+    ]
+    first = job("first", 8, attained_gpu_s=99 * HOUR, waited_s=50 * HOUR)
+    longer = job("longer", 8, attained_gpu_s=99 * HOUR, waited_s=60 * HOUR)
+    result = plan([first, longer], nodes, running=[old, *busy], vcs=VCS, settings=SETTINGS)
+    assert [p.for_job for p in result.preemptions] == ["longer"]
+    assert [w.job_id for w in result.waiting] == ["longer", "first"]
 
 
 def test_a_wide_job_is_never_promoted() -> None:
@@ -106,3 +133,39 @@ def test_replayed_the_live_guard_lets_a_starved_long_job_through_and_keeps_it_ru
     long = _long("live", 1)
     assert long.queue_s == pytest.approx(StarvationRule().min_wait_s, abs=600)
     assert long.preemptions == 1  # demoted once by the stream, then promoted for good
+
+
+def test_replayed_a_job_back_from_preemption_keeps_its_place_by_submission() -> None:
+    """``--policy live`` hands the planner its pending jobs as the live cycle reads them,
+    by submission (``ORDER BY created_at``): a preempted job that comes back is not sent
+    behind the jobs submitted after it."""
+    first, second = Job(JobId("first"), 0, 0.0, 4, "vc"), Job(JobId("second"), 1, 10.0, 4, "vc")
+    for back in (first, second):  # both ran 1,000 GPU-s before: one service level
+        back.attained_gpu_s = 1000.0
+    replay = LivePlanner()
+    replay.submit(second, 20.0)
+    replay.submit(first, 30.0)  # preempted last, so back in the queue last
+    started = replay.schedule(40.0, Cluster(1, 4)).started
+    assert [job.id for job in started] == ["first"]
+
+
+def test_within_a_service_level_a_gang_too_wide_to_be_promoted_is_preempted_last() -> None:
+    # 16 nodes: a 64-GPU gang (wider than a quarter: the guard would never get it back)
+    # and an 8-GPU job, both at the top level; the gang has been served more, but the new
+    # job preempts the 8-GPU one.
+    nodes = [node(f"n{i}", 0) for i in range(16)]
+    gang = RunningJob(
+        "gang",
+        "default",
+        "u",
+        0,
+        "H100",
+        tuple((f"n{i}", tuple(range(8))) for i in range(8)),
+        borrowed=True,
+        runtime_s=10 * HOUR,
+        attained_gpu_s=64 * 10 * HOUR,
+    )
+    small = running("small", "n8", 8, borrowed=True, runtime_s=40 * HOUR, attained_gpu_s=8 * 40 * HOUR)
+    fresh = [running(f"r{i}", f"n{i}", 8, borrowed=True, runtime_s=60) for i in range(9, 16)]
+    result = plan([job("new", 8)], nodes, running=[gang, small, *fresh], vcs=VCS, settings=SETTINGS)
+    assert [p.job_id for p in result.preemptions] == ["small"]

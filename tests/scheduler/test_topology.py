@@ -96,7 +96,7 @@ async def test_cpus_and_memory_in_use_are_counted_from_the_placed_jobs_specs(db:
     )
     job_id = (await ApiRepository(db).submit_job(spec, "alice", None))["id"]
     await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
-    await db.execute(SCHEDULER_SQL.insert_allocation, job_id, 1, "w", 0, "n1", [0], False)
+    await db.execute(SCHEDULER_SQL.insert_allocation, job_id, 1, "w", 0, "n1", [0], False, False)
     await ApiRepository(db).submit_job(spec, "bob", None)  # the same demands, still pending
 
     async with db.transaction() as conn:

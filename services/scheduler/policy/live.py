@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import replace
+from operator import attrgetter
 
 from services.scheduler.model import (
     LIVE_RESERVE_AFTER_S,
@@ -48,9 +49,11 @@ class LivePlanner:
         ``settings`` given: the fixed limits in ``settings``."""
         self.settings = settings or PlanSettings(reserve_after_s=LIVE_RESERVE_AFTER_S)
         self.starvation = starvation if starvation is not None or settings is not None else StarvationRule()
-        self.typical = TypicalWait(self.starvation.window_s if self.starvation else 0.0)
-        self.pending: dict[str, Job] = {}  # insertion order: submission order
+        self.typical = TypicalWait(self.starvation.window_s if self.starvation else 1.0)
+        # Not in submission order once a preempted job comes back: ``_in_submission_order``.
+        self.pending: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
+        self.promoted: set[str] = set()  # running jobs placed as promoted (allocations.promoted)
         self._per_node = 8
 
     def submit(self, job: Job, now: float) -> None:
@@ -58,6 +61,8 @@ class LivePlanner:
 
     def finished(self, job: Job, now: float) -> None:
         self.running.pop(job.id, None)
+        self.typical.finished(now, job.waited_s)
+        self.promoted.discard(job.id)
 
     def wake_at(self, job: Job, now: float) -> float | None:
         """When a running job's attained service crosses its next threshold: its service
@@ -78,31 +83,31 @@ class LivePlanner:
         if self.starvation is not None:
             settings = replace(
                 settings,
-                starve_after_s=self.starvation.limit(self.typical.value(now)),
-                protect_after_s=self.starvation.min_wait_s,
+                starve_after_s=self.starvation.limit(self.typical.value),
             )
         for _ in range(MAX_REPLANS):
             if not self.pending:
                 break
             result = plan(
-                [self._pending_job(job, now) for job in self.pending.values()],
+                [self._pending_job(job, now) for job in self._in_submission_order()],
                 self._nodes(cluster),
                 running=[self._running_job(job, now) for job in self.running.values()],
                 settings=settings,
             )
             for decision in result.decisions:
                 job = self.pending.pop(decision.job.job_id)
+                if decision.promoted:
+                    self.promoted.add(job.id)
                 placement = Placement(
                     tuple(Slice(int(p.node_id), p.gpu_indices) for p in decision.placements if p.gpu_indices)
                 )
                 cluster.claim(placement)
-                if job.first_start_s is None:
-                    self.typical.started(now, now - job.submit_s)
                 job.start(now, placement)
                 self.running[job.id] = job
                 decided.started.append(job)
             for preemption in result.preemptions:
                 victim = self.running.pop(preemption.job_id)
+                self.promoted.discard(victim.id)
                 cluster.release(victim.stop(now))
                 victim.preemptions += 1
                 self.pending[victim.id] = victim
@@ -110,6 +115,14 @@ class LivePlanner:
             if not result.preemptions:
                 break
         return decided
+
+    def _in_submission_order(self) -> list[Job]:
+        """The pending jobs as the live cycle reads them (``ORDER BY created_at``): a
+        preempted job keeps its place by submission, it does not go to the back. (Sending
+        them to the back, as this adapter once did, cost cluster02 4% of average JCT and
+        made the replay a worse model of the live service.) Timsort on an almost sorted
+        list: about linear."""
+        return sorted(self.pending.values(), key=attrgetter("seq"))
 
     def _nodes(self, cluster: Cluster) -> list[NodeCapacity]:
         return [
@@ -143,7 +156,9 @@ class LivePlanner:
     def _running_job(self, job: Job, now: float) -> RunningJob:
         assert job.placement is not None
         slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
-        running = RunningJob(job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True)
+        running = RunningJob(
+            job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True, promoted=job.id in self.promoted
+        )
         return replace(
             running, runtime_s=now - job.since_s, attained_gpu_s=job.attained_at(now), waited_s=job.waited_s
         )

@@ -22,19 +22,18 @@ slices (docs/performance.md, "Scheduling policies"):
 A promoted job stays promoted until it finishes; the policy ranks it above every other
 job, lets it preempt any job that is not promoted, and never preempts it.
 
-Each completion moves the typical wait by weight `max(1 - exp(-dt / time_constant_s),
-MIN_WEIGHT)`, where dt is the time since the previous completion: a time average, in
-which a burst of completions at one instant still counts a little.
+The typical wait is the live policy's own (``services/scheduler/starvation.py``,
+``TypicalWait``): each completion moves it by weight `max(1 - exp(-dt /
+time_constant_s), MIN_WEIGHT)`, where dt is the time since the previous completion: a
+time average, in which a burst of completions at one instant still counts a little.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 
 from services.scheduler.policy.jobs import Job
-
-MIN_WEIGHT = 1e-3
+from services.scheduler.starvation import TypicalWait
 
 
 class StarvationGuard:
@@ -56,8 +55,7 @@ class StarvationGuard:
         self.time_constant_s = time_constant_s
         self.share = share
         self.max_width = max_width
-        self.typical_wait_s = 0.0
-        self._last_finish_s: float | None = None
+        self.typical_wait = TypicalWait(time_constant_s)
         # Candidates, longest total wait first: -(waited_s - since_s) is fixed while pending.
         self._candidates: list[tuple[float, int, Job]] = []
         self._queued: dict[int, float] = {}  # seq -> order of its live entry
@@ -65,7 +63,7 @@ class StarvationGuard:
         self._promoted_gpus = 0
 
     def limit_s(self) -> float:
-        return max(self.min_wait_s, self.factor * self.typical_wait_s)
+        return max(self.min_wait_s, self.factor * self.typical_wait.value)
 
     def promoted(self, job: Job) -> bool:
         return job.seq in self._promoted
@@ -105,12 +103,7 @@ class StarvationGuard:
         return chosen
 
     def finished(self, job: Job, now: float) -> None:
-        if self._last_finish_s is None:
-            self.typical_wait_s = job.waited_s
-        else:
-            weight = 1.0 - math.exp(-(now - self._last_finish_s) / self.time_constant_s)
-            self.typical_wait_s += max(weight, MIN_WEIGHT) * (job.waited_s - self.typical_wait_s)
-        self._last_finish_s = now
+        self.typical_wait.finished(now, job.waited_s)
         self._queued.pop(job.seq, None)
         if self._promoted.pop(job.seq, None) is not None:
             self._promoted_gpus -= job.gpus

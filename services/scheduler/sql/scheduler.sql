@@ -37,9 +37,9 @@ ORDER BY a.job_id;
 
 -- name: live_allocations
 -- Every placed job's GPUs, with what the policy weighs when choosing victims: owner,
--- priority, borrowed or not, how long since it was placed, its limit, whether a
+-- priority, borrowed or not, promoted or not, how long since it was placed, its limit, whether a
 -- preemption was already asked for this generation.
-SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed,
+SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed, a.promoted,
        (SELECT (t->'resources'->>'cpus')::float8 FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
         WHERE t->>'name' = a.task_role) AS cpus,
        (SELECT (t->'resources'->>'memory_mb')::bigint FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
@@ -97,8 +97,9 @@ WHERE id = $1 AND state = 'PENDING' AND version = $2
 RETURNING generation;
 
 -- name: insert_allocation
-INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed)
-VALUES ($1, $2, $3, $4, $5, $6, $7);
+INSERT INTO scheduler.allocations
+    (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
 
 -- name: insert_preemption
 -- One decision per job generation; only a placed job can be preempted.
@@ -133,11 +134,18 @@ ON CONFLICT (only_row) DO UPDATE SET job_ids = excluded.job_ids, updated_at = no
 DELETE FROM scheduler.pending_status s
 WHERE NOT EXISTS (SELECT 1 FROM unnest($1::text[]) AS w(job_id) WHERE w.job_id = s.job_id);
 
--- name: typical_wait
--- The average wait from submit to first start of the jobs whose first attempt started in
--- the last $1 seconds: the load measure of the starvation limit (starvation.py).
-SELECT avg(extract(epoch FROM f.first_start - j.created_at))::float8
-FROM (SELECT job_id, min(started_at) AS first_start FROM launcher.attempts
-      WHERE started_at IS NOT NULL GROUP BY job_id) f
-JOIN api.jobs j ON j.id = f.job_id
-WHERE f.first_start > now() - make_interval(secs => $1);
+-- name: finished_waits
+-- The jobs that finished after $1 (epoch seconds), in the order they finished, with their
+-- queueing delay: age at the end less the time its runs took (attained GPU-seconds over
+-- its GPUs, as for a pending job's waits): the load measure of the starvation limit
+-- (starvation.py). GPU-less jobs have no run time to take away and are left out.
+SELECT extract(epoch FROM j.finished_at)::float8 AS finished_s,
+       greatest(0, extract(epoch FROM j.finished_at - j.created_at)
+                   - (SELECT coalesce(sum(cardinality(x.gpu_indices)
+                                          * extract(epoch FROM coalesce(x.finished_at, j.finished_at)
+                                                               - x.started_at)), 0)
+                      FROM launcher.attempts x WHERE x.job_id = j.id AND x.started_at IS NOT NULL)
+                     / j.total_gpus)::float8 AS waited_s
+FROM api.jobs j
+WHERE j.finished_at > to_timestamp($1) AND j.state IN ('SUCCEEDED', 'FAILED') AND j.total_gpus > 0
+ORDER BY j.finished_at, j.id;
