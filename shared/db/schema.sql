@@ -616,6 +616,7 @@ CREATE INDEX group_members_by_user ON api.group_members USING btree (username);
 CREATE INDEX idempotency_keys_created ON api.idempotency_keys USING btree (created_at);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
+CREATE INDEX jobs_finished ON api.jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 CREATE INDEX jobs_tags ON api.jobs USING gin (tags);
 CREATE INDEX jobs_user_created ON api.jobs USING btree (username, created_at DESC, id DESC);
 CREATE INDEX tokens_by_user ON api.tokens USING btree (username);
