@@ -10,10 +10,11 @@ poll interval old (its NOTIFY was missed, or its relay is gone): not the rows in
 The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
 stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
 derived from their aggregate (usually the job id). A relay takes a partition with a
-transaction-scoped advisory lock, then claims that partition's unsent rows with
-``FOR UPDATE SKIP LOCKED`` in id order and publishes them one after another, stopping
-at the first failure. So any number of relays (one per service process) share the work,
-while the events of one job reach the stream in the order they were committed. A
+session advisory lock, in the statement that reads that partition's unsent rows in id
+order, publishes them one after another, stopping at the first failure, and lets the
+lock go only once their stamp has committed. So any number of relays (one per service
+process) share the work, while the events of one job reach the stream in the order they
+were committed. A
 crash between publish and stamp re-publishes the row; JetStream's duplicate window
 drops it, and consumers are idempotent beyond that window.
 """
@@ -45,6 +46,35 @@ log = logging.getLogger(__name__)
 PARTITIONS = 16
 # Class id of the partition advisory locks (the second key is the partition number).
 _RELAY_LOCK_CLASS = 0x0C0A
+
+# A relay pass's claim (``OutboxRelay._relay_partition``), once the partition's session
+# lock is ours: its unsent rows in id order or, if there are none, the lock let go at
+# once (the CASE evaluates the unlock only then; the CTE is evaluated once). The lock is
+# taken by a statement of its own before: a statement's snapshot predates what it
+# executes, so a claim that also took the lock could read rows that the relay which held
+# it had stamped, committed and let go of in the meantime, and publish them again.
+_CLAIM = """
+    WITH claimed AS MATERIALIZED (
+        SELECT id, event_id, subject, payload, headers,
+               extract(epoch FROM clock_timestamp() - created_at) AS age_s
+        FROM corral.outbox
+        WHERE part = $1 AND sent_at IS NULL
+        ORDER BY id LIMIT $2)
+    SELECT c.*,
+           CASE WHEN NOT EXISTS (SELECT 1 FROM claimed) THEN pg_advisory_unlock($3, $1) END AS let_go
+    FROM (VALUES (1)) AS one LEFT JOIN claimed AS c ON true"""
+
+
+def _stamp_and_unlock(sent: Sequence[int], part: int) -> str:
+    """One simple-protocol round trip: stamp the published rows, commit, *then* give the
+    partition's lock back (released before the commit, another relay could read the
+    rows as unsent and publish them again). Only integers are formatted in."""
+    ids = ",".join(str(int(row_id)) for row_id in sent)
+    unlock = f"SELECT pg_advisory_unlock({_RELAY_LOCK_CLASS}, {int(part)})"
+    if not ids:
+        return unlock
+    stamp = f"UPDATE corral.outbox SET sent_at = now() WHERE id = ANY('{{{ids}}}'::bigint[])"  # noqa: S608
+    return f"BEGIN; {stamp}; COMMIT; {unlock}"
 
 
 def partition_of(aggregate: str) -> int:
@@ -250,53 +280,61 @@ class OutboxRelay:
                 return total
 
     async def _relay_partition(self, part: int) -> int | None:
-        """Publish a partition's rows in order; None when another relay holds it."""
-        async with self._db.transaction() as conn:
-            # The partition's lock is taken by the same statement that claims its rows
-            # (one round trip), and the answer says whether it was ours: rows come only
-            # if it was. "Held by another relay" (look at it again soon) and "nothing
-            # left" (done) differ: under load most NOTIFYs name a partition this relay
-            # has just emptied, and taking those for contention had cost a counting
-            # pass each. A row a relay that held the lock stamped meanwhile is re-checked
-            # by FOR UPDATE against its committed version and left out, so order holds.
-            rows = await conn.fetch(
-                """WITH lock AS (SELECT pg_try_advisory_xact_lock($3, $1) AS ours)
-                   SELECT lock.ours, o.* FROM lock LEFT JOIN LATERAL (
-                       SELECT id, event_id, subject, payload, headers,
-                              extract(epoch FROM clock_timestamp() - created_at) AS age_s
-                       FROM corral.outbox
-                       WHERE part = $1 AND sent_at IS NULL AND lock.ours
-                       ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
-                   ) AS o ON true""",
-                part,
-                self._batch_size,
-                _RELAY_LOCK_CLASS,
-            )
-            if not rows[0]["ours"]:
-                return None  # another relay holds the partition
-            rows = [row for row in rows if row["id"] is not None]
-            if not rows:
-                return 0
-            sent: list[int] = []
+        """Publish a partition's rows in order; None when another relay holds it.
+
+        Three round trips per pass, not four (``BEGIN``, claim, stamp, ``COMMIT``), and
+        no row locks: the partition's lock is a *session* advisory lock, taken first
+        (``_CLAIM`` says why apart), given back by the statement that stamps the rows,
+        after their commit (``_stamp_and_unlock``). While a relay holds it, no other
+        relay reads the partition, so a row is published once and in order. (The rows'
+        ``FOR UPDATE`` locks, which the transaction-scoped lock needed, wrote every row
+        one more time.) "Held by another relay" (look at it again soon) and "nothing
+        left" (done, and the claim has let the lock go) differ:
+        under load most NOTIFYs name a partition this relay has just emptied, and taking
+        those for contention had cost a counting pass each. Any way out of here but the
+        stamp's commit (a failed claim or stamp, a cancellation while publishing)
+        closes the connection, which is what lets the lock go then: a pooled connection
+        must never keep it.
+        """
+        async with self._db.connection() as conn:
+            let_go = False
             try:
-                for row in rows:
-                    with send_span(row["subject"], row["event_id"], dict(row["headers"])) as headers:
-                        await self._bus.publish(
-                            row["subject"], bytes(row["payload"]), msg_id=row["event_id"], headers=headers
-                        )
-                    sent.append(row["id"])
-                    EVENTS_PUBLISHED.labels(event_type_of(row["subject"])).inc()
-                    OUTBOX_LAG.observe(float(row["age_s"]))
-            except Exception:
-                raise_if_cancelling()
-                # Keep order: stop at the first failure, stamp what got through, retry later.
-                log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
-            if sent:
-                await conn.execute(
-                    "UPDATE corral.outbox SET sent_at = now() WHERE id = ANY($1::bigint[])", sent
-                )
+                if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", _RELAY_LOCK_CLASS, part):
+                    let_go = True  # another relay holds the partition
+                    return None
+                rows = await conn.fetch(_CLAIM, part, self._batch_size, _RELAY_LOCK_CLASS)
+                rows = [row for row in rows if row["id"] is not None]
+                if not rows:
+                    let_go = True  # nothing left; the claim gave the lock back itself
+                    return 0
+                sent = await self._publish(rows)
+                await conn.execute(_stamp_and_unlock(sent, part))
+                let_go = True
+            finally:
+                if not let_go:
+                    # A failed claim or stamp, a cancellation: a session lock outlives
+                    # a rolled-back statement, and only closing the session surely ends it.
+                    conn.terminate()
             self.published += len(sent)
             return len(sent)
+
+    async def _publish(self, rows: Sequence[Any]) -> list[int]:
+        """Publish claimed rows in order, stopping at the first failure; the ids sent."""
+        sent: list[int] = []
+        try:
+            for row in rows:
+                with send_span(row["subject"], row["event_id"], dict(row["headers"])) as headers:
+                    await self._bus.publish(
+                        row["subject"], bytes(row["payload"]), msg_id=row["event_id"], headers=headers
+                    )
+                sent.append(row["id"])
+                EVENTS_PUBLISHED.labels(event_type_of(row["subject"])).inc()
+                OUTBOX_LAG.observe(float(row["age_s"]))
+        except Exception:
+            raise_if_cancelling()
+            # Keep order: stop at the first failure, stamp what got through, retry later.
+            log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
+        return sent
 
     async def _delete_old_sent_rows(self) -> None:
         await self._db.fetch(
