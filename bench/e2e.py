@@ -130,13 +130,28 @@ async def _top_statements(conn: asyncpg.Connection, top: int, jobs: int) -> floa
     return total_ms / jobs
 
 
+async def _forget_the_probes(conn: asyncpg.Connection) -> None:
+    """Empty the job tables, so the run's figures count its own jobs only. TRUNCATE's
+    exclusive locks, taken table by table, can deadlock with a service reading two of
+    them in the other order (the scheduler's cycle runs on); Postgres then cancels one
+    side, sometimes this one: try again."""
+    for attempt in range(5):
+        try:
+            await conn.execute("TRUNCATE launcher.attempts, scheduler.allocations, api.jobs CASCADE")
+            return
+        except asyncpg.DeadlockDetectedError:
+            if attempt == 4:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def measure(
     stack: BenchStack, jobs: int, concurrency: int, probes: int, statements: int = 0
 ) -> dict[str, Any]:
     conn = await asyncpg.connect(stack.database_url())
     try:
         probe_latencies = await _probe_start_latency(stack, conn, probes)
-        await conn.execute("TRUNCATE launcher.attempts, scheduler.allocations, api.jobs CASCADE")
+        await _forget_the_probes(conn)
         if statements:
             await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             await conn.execute("SELECT pg_stat_statements_reset()")
