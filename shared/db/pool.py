@@ -68,10 +68,12 @@ async def keep_session(conn: Connection) -> None:
     statements for it to run, per checkout (about 34 per job end to end, a tenth of all
     the statements Corral sends). Corral's pooled connections keep no session state to
     undo: nothing ``SET``s a session variable (``SET LOCAL`` ends with its transaction),
-    session advisory locks are taken only on the scheduler leader's own connection,
-    cursors live inside transactions, and the one ``LISTEN`` (the outbox relay's)
-    ``UNLISTEN``s before its connection goes back. asyncpg still rolls back a
-    transaction left open (``Connection._reset``, called before this)."""
+    session advisory locks are taken only on the scheduler leader's own connection and,
+    for one pass, by the outbox relay, which gives its lock back before the connection
+    goes back or else closes the connection, cursors live inside transactions, and the
+    one ``LISTEN`` (the outbox relay's) ``UNLISTEN``s before its connection goes back.
+    asyncpg still rolls back a transaction left open (``Connection._reset``, called
+    before this)."""
 
 
 class Database:
