@@ -3,10 +3,11 @@ trace-driven simulator (`bench/simulate.py`): they take the pending and running 
 a `Cluster` and return a `Round` of starts and preemptions, with no I/O and no clock of
 their own.
 
-Not (yet) what the live scheduler runs: that is `services/scheduler/planner.py` (quotas,
-borrowing, priority, fair share, backfill), which shares the ideas of `corral.py` but
-not its code — least attained service and the starvation guard are simulated here only
-(services/scheduler/README.md, "Known gap").
+The live scheduler runs `services/scheduler/planner.py` (quotas, borrowing, priority,
+fair share, backfill, least attained service and the same starvation guard); `live.py`
+replays a trace through that very function (``--policy live``), while `corral.py` is the
+simulator's model of the policy, which the planner was brought up to
+(docs/performance.md, "Scheduling policies").
 
 - cluster.py — nodes x GPUs and best-fit gang placement (fewest nodes, whole nodes for
   big gangs).
