@@ -10,11 +10,10 @@ poll interval old (its NOTIFY was missed, or its relay is gone): not the rows in
 The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
 stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
 derived from their aggregate (usually the job id). A relay takes a partition with a
-session advisory lock, in the statement that reads that partition's unsent rows in id
-order, publishes them one after another, stopping at the first failure, and lets the
-lock go only once their stamp has committed. So any number of relays (one per service
-process) share the work, while the events of one job reach the stream in the order they
-were committed. A
+session advisory lock, then reads that partition's unsent rows in id order, publishes
+them one after another, stopping at the first failure, and lets the lock go only once
+their stamp has committed. So any number of relays (one per service process) share the
+work, while the events of one job reach the stream in the order they were committed. A
 crash between publish and stamp re-publishes the row; JetStream's duplicate window
 drops it, and consumers are idempotent beyond that window.
 """
