@@ -30,9 +30,10 @@ waits until a quarter of the long-lived objects are new).
 The scheduler does this before it starts, the API once its app is built. The other
 services keep CPython's defaults: nothing there keeps such a crowd alive at once, and in
 ``bench.e2e`` runs with every service set up like this, 3 of 6 had one
-start-latency probe in 50 take 0.4-0.6 s (the p99), against none of 5 without. Not
-explained yet (a longer young collection somewhere on the path is the suspect), so not
-taken where it did not pay.
+start-latency probe in 50 take 0.4-0.6 s (the p99), against none of 5 without. That was
+most likely the consumer stall found later, which struck runs at random (an idle fetch
+waited for an earlier fetch's request to expire: ``shared/bus/nats.py``), not the
+collector; not measured again, so not taken where it had not shown a gain.
 """
 
 from __future__ import annotations

@@ -288,9 +288,9 @@ class OutboxRelay:
         relay reads the partition, so a row is published once and in order. (The rows'
         ``FOR UPDATE`` locks, which the transaction-scoped lock needed, wrote every row
         one more time.) "Held by another relay" (look at it again soon) and "nothing
-        left" (done, and the claim has let the lock go) differ:
-        under load most NOTIFYs name a partition this relay has just emptied, and taking
-        those for contention had cost a counting pass each. Any way out of here but the
+        left" (done, and the claim has let the lock go) differ: under load most NOTIFYs
+        name a partition this relay has just emptied, and taking those for contention
+        had cost a counting pass each. Any way out of here but the
         stamp's commit (a failed claim or stamp, a cancellation while publishing)
         closes the connection, which is what lets the lock go then: a pooled connection
         must never keep it.
