@@ -123,7 +123,12 @@ async def _top_statements(conn: asyncpg.Connection, top: int, jobs: int) -> floa
            ORDER BY total_exec_time DESC"""
     )
     total_ms = sum(float(r["ms"]) for r in rows)
-    print(f"Postgres statement time {total_ms:.0f} ms over {jobs} jobs; the top {top}:", file=sys.stderr)
+    calls = sum(int(r["calls"]) for r in rows)
+    print(
+        f"Postgres statement time {total_ms:.0f} ms over {jobs} jobs, {calls / jobs:.1f} statements per job;"
+        f" the top {top}:",
+        file=sys.stderr,
+    )
     for r in rows[:top]:
         line = f"{r['ms']:9.0f} ms {r['calls']:7d} calls {r['rows']:8d} rows | {r['query'][:150]}"
         print(line, file=sys.stderr)

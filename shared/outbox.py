@@ -2,10 +2,22 @@
 
 ``append`` writes an event into ``corral.outbox`` on the caller's connection, inside
 the caller's transaction, so the state change and its event commit or vanish together.
-It also ``NOTIFY``s the relays, which Postgres delivers only on commit; the payload names
-the row's partition, so the relay that hears it goes straight there. Every poll interval
-a relay counts every partition's unsent rows and relays the partitions that hold one a
-poll interval old (its NOTIFY was missed, or its relay is gone): not the rows in flight.
+
+In a service, the process that commits the row publishes it too, at once: ``append``
+hands the event to the process's relay through ``after_commit`` (shared/db/pool.py), and
+the relay publishes it as soon as the transaction has committed, then stamps it sent
+(``OutboxRelay.publish_committed``). That is most of a job's events, each a hop of its
+life (submitted → scheduled → assigned → started → ...), and it saves each the wait for
+a NOTIFY and three round trips of a relay pass. Should that publish fail (NATS away) or
+the process die first, the row is still in the outbox, unsent, and the relays' poll
+publishes it.
+
+Without a relay in the context (tests, tools) or a ``commit_scope`` around the
+transaction, ``append`` ``NOTIFY``s the relays instead, which Postgres delivers only on
+commit; the payload names the row's partition, so the relay that hears it goes straight
+there. Every poll interval a relay counts every partition's unsent rows and relays the
+partitions that hold one a poll interval old (its NOTIFY was missed, its relay is gone,
+or its publish on commit failed): not the rows in flight.
 
 The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
 stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
@@ -16,6 +28,15 @@ their stamp has committed. So any number of relays (one per service process) sha
 work, while the events of one job reach the stream in the order they were committed. A
 crash between publish and stamp re-publishes the row; JetStream's duplicate window
 drops it, and consumers are idempotent beyond that window.
+
+Ordering with publishing on commit: a process publishes what it commits in commit order,
+one message after another. Events of one job that different processes commit are
+ordered by the job's life itself (the launcher writes ``job.running`` only after it has
+consumed ``task.started``), except where a writer reads the state from Postgres instead
+of the stream (the scheduler may place a job whose ``job.submitted`` is still on its
+way). While a process's publishes fail, its relay stops publishing on commit for a
+while and NOTIFYs instead, so rows left unsent go out in partition order with the ones
+after them. Consumers must (and do) bear reordering anyway (DESIGN.md, rule 2).
 """
 
 from __future__ import annotations
@@ -23,13 +44,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
-from shared.db.pool import DATABASE_ERRORS, Connection, Database
+from shared.db.pool import DATABASE_ERRORS, Connection, Database, after_commit, has_commit_scope
 from shared.events.envelope import Envelope
 from shared.metrics import (
     EVENTS_PUBLISHED,
@@ -43,6 +68,14 @@ from shared.telemetry import current_traceparent, send_span
 log = logging.getLogger(__name__)
 
 PARTITIONS = 16
+# How long after publishing a row on commit it is stamped sent: the stamps of all rows
+# published meanwhile go in one statement (under load, one per a dozen events instead of
+# one each). Well under the relays' poll interval, after which a row unsent is theirs.
+STAMP_AFTER_S = 0.05
+# How long after its commit an event published on commit has left, but for NATS trouble
+# (then the relays' poll, a second later, takes it): a writer acting on state it read
+# from Postgres younger than this passes ``follows_others`` to ``append``.
+PUBLISHED_WITHIN_S = 2.0
 # Class id of the partition advisory locks (the second key is the partition number).
 _RELAY_LOCK_CLASS = 0x0C0A
 
@@ -115,17 +148,36 @@ def outbox_row(event: Envelope, aggregate: str) -> OutboxRow:
     )
 
 
-async def append(conn: Connection, event: Envelope, *, aggregate: str) -> None:
-    """Add ``event`` to the outbox in the caller's open transaction."""
+_INSERT = """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+             VALUES ($1, $2, $3, $4, $5, $6)"""
+
+
+async def append(conn: Connection, event: Envelope, *, aggregate: str, follows_others: bool = False) -> None:
+    """Add ``event`` to the outbox in the caller's open transaction (not inside a
+    savepoint that may roll back alone: the event would be published all the same).
+
+    ``follows_others``: the event may follow one of the same aggregate that another
+    process committed moments ago and may not have published yet (the scheduler placing
+    a job it read from Postgres, whose ``job.submitted`` may still be on its way). It
+    then goes through a relay pass, which publishes the partition's unsent rows in id
+    order, that one included, instead of on commit (see ``PUBLISHED_WITHIN_S``)."""
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.append must run inside the transaction of the state change")
+    row = outbox_row(event, aggregate)
+    relay = None if follows_others else _relay_on_commit(conn)
+    if relay is not None:
+        await conn.execute(_INSERT, *row)
+        # Registered once the row is in: a caller that swallowed a failed insert would
+        # otherwise publish an event its (aborted) transaction never wrote.
+        after_commit(conn, partial(relay.publish_committed, [row]))
+        return
     # The row and its NOTIFY (naming its partition) in one statement: one round trip.
     await conn.execute(
         """WITH added AS (
                INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
                VALUES ($1, $2, $3, $4, $5, $6) RETURNING part)
            SELECT pg_notify($7, part::text) FROM added""",
-        *outbox_row(event, aggregate),
+        *row,
         notify_channel(event.source),
     )
 
@@ -137,11 +189,11 @@ async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) 
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.append_many must run inside the transaction of the state change")
     rows = [outbox_row(event, aggregate) for event, aggregate in events]
-    await conn.executemany(
-        """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-           VALUES ($1, $2, $3, $4, $5, $6)""",
-        rows,
-    )
+    await conn.executemany(_INSERT, rows)
+    relay = _relay_on_commit(conn)
+    if relay is not None:
+        after_commit(conn, partial(relay.publish_committed, rows))
+        return
     parts_by_source: dict[str, set[int]] = {}
     for row, (event, _) in zip(rows, events, strict=True):
         parts_by_source.setdefault(event.source, set()).add(row[3])
@@ -151,6 +203,59 @@ async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) 
             notify_channel(source),
             sorted(parts),
         )
+
+
+# This process's relay, which publishes the events its transactions commit (set by
+# ``shared.service`` for a service's lifetime; unset, ``append`` NOTIFYs the relays).
+_RELAY: ContextVar[OutboxRelay | None] = ContextVar("corral_outbox_relay", default=None)
+
+
+@contextlib.contextmanager
+def publishing_on_commit(relay: OutboxRelay) -> Iterator[None]:
+    """Within this block (and the tasks started in it), ``relay`` publishes the events
+    of each transaction as soon as it commits; the relay must be running."""
+    token = _RELAY.set(relay)
+    try:
+        yield
+    finally:
+        _RELAY.reset(token)
+
+
+def _relay_on_commit(conn: Connection) -> OutboxRelay | None:
+    """The relay that will publish what ``conn``'s transaction appends once it commits,
+    if there is one (a running relay in this context, a ``commit_scope`` around it)."""
+    relay = _RELAY.get()
+    if relay is None or not relay.publishing_on_commit or not has_commit_scope(conn):
+        return None
+    return relay
+
+
+def statement_notify_channel(source: str) -> str | None:
+    """For a statement that writes an outbox row on its own (committed when it returns):
+    the channel to NOTIFY, or None when this process publishes the row itself, which
+    ``committed_by_statement`` then hands it to."""
+    relay = _RELAY.get()
+    return None if relay is not None and relay.publishing_on_commit else notify_channel(source)
+
+
+def committed_by_statement(rows: list[OutboxRow]) -> None:
+    """Publish rows a statement has committed (see ``statement_notify_channel``)."""
+    relay = _RELAY.get()
+    if relay is not None:
+        relay.publish_committed(rows)
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    """One row to publish: ``key`` is what its stamp names (the row id from a claim, the
+    event id when published on commit, whose insert returned no id)."""
+
+    key: int | str
+    event_id: str
+    subject: str
+    payload: bytes
+    headers: dict[str, str]
+    age_s: float
 
 
 class OutboxRelay:
@@ -176,8 +281,88 @@ class OutboxRelay:
         self._notified: set[int] = set()  # partitions a NOTIFY named since the last pass
         self._unnamed = False  # a NOTIFY named none since the last pass
         self.published = 0
+        # Publishing on commit: rows committed and not yet published, in commit order;
+        # rows published and not yet stamped; whether it is on (``run`` turns it on, a
+        # failed publish off for a while).
+        self._committed: list[tuple[OutboxRow, float]] = []
+        self._committed_ready = asyncio.Event()
+        self._unstamped: list[str] = []
+        self.publishing_on_commit = False
 
     async def run(self) -> None:
+        """Relay forever, and publish what this process commits as it commits it."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._relay_notified_and_polled(), name="outbox-relay-poll")
+            tg.create_task(self._publish_committed_forever(), name="outbox-publish-on-commit")
+
+    def publish_committed(self, rows: Sequence[OutboxRow]) -> None:
+        """Publish rows their transaction has just committed (``after_commit`` calls it),
+        after those handed over before; left to the poll while publishing on commit is off."""
+        if not self.publishing_on_commit:
+            return
+        now = asyncio.get_running_loop().time()
+        self._committed.extend((row, now) for row in rows)
+        self._committed_ready.set()
+
+    async def _publish_committed_forever(self) -> None:
+        """Publish committed rows in the order they came; stamp them sent a little later,
+        in one statement for all published meanwhile (``STAMP_AFTER_S``). A failed
+        publish turns publishing on commit off for two poll intervals: the rows not
+        published (and those committed meanwhile, which NOTIFY instead) go out through
+        the partitions' relay passes, in order, once NATS is back."""
+        loop = asyncio.get_running_loop()
+        stamp_at = math.inf
+        self.publishing_on_commit = True
+        while True:
+            if not self._committed:  # (else: handed over while the last round published)
+                if stamp_at == math.inf:
+                    await self._committed_ready.wait()
+                else:
+                    await wait_event(self._committed_ready, max(0.0, stamp_at - loop.time()))
+            self._committed_ready.clear()
+            if self._committed:
+                await self._publish_committed_rows()
+                if self._unstamped and stamp_at == math.inf:
+                    stamp_at = loop.time() + STAMP_AFTER_S
+            if self._unstamped and loop.time() >= stamp_at:
+                if await self._stamp_published_on_commit():
+                    stamp_at = math.inf
+                else:
+                    stamp_at = loop.time() + self._poll_interval_s
+
+    async def _publish_committed_rows(self) -> None:
+        batch, self._committed = self._committed, []
+        now = asyncio.get_running_loop().time()
+        outgoing = [
+            _Outgoing(row[0], row[0], row[1], row[4], row[5], now - committed_at)
+            for row, committed_at in batch
+        ]
+        sent = await _publish_pipelined(self._bus, outgoing)
+        self.published += len(sent)
+        self._unstamped.extend(str(key) for key in sent)
+        if len(sent) < len(outgoing):
+            self.publishing_on_commit = False
+            self._committed.clear()  # (unsent: the relays' passes take them)
+            await asyncio.sleep(2 * self._poll_interval_s)
+            self.publishing_on_commit = True
+
+    async def _stamp_published_on_commit(self) -> bool:
+        """Stamp what was published on commit; on failure keep the ids for a later try
+        (meanwhile a relay's poll may publish those rows again: JetStream's duplicate
+        window drops the copy)."""
+        try:
+            await self._db.execute(
+                "UPDATE corral.outbox SET sent_at = now() WHERE event_id = ANY($1::text[])", self._unstamped
+            )
+        except DATABASE_ERRORS as exc:
+            raise_if_cancelling()
+            log.warning("could not stamp %d published outbox rows (%s); retrying", len(self._unstamped), exc)
+            del self._unstamped[:-100_000]  # beyond those, the relays' poll sends them again
+            return False
+        self._unstamped = []
+        return True
+
+    async def _relay_notified_and_polled(self) -> None:
         """Relay forever: wake on NOTIFY, and poll anyway in case a NOTIFY was missed.
 
         The listening connection comes from the pool (``async with``, so it goes back
@@ -306,7 +491,18 @@ class OutboxRelay:
                 if not rows:
                     let_go = True  # nothing left; the claim gave the lock back itself
                     return 0
-                sent = await self._publish(rows)
+                outgoing = [
+                    _Outgoing(
+                        row["id"],
+                        row["event_id"],
+                        row["subject"],
+                        bytes(row["payload"]),
+                        dict(row["headers"]),
+                        float(row["age_s"]),
+                    )
+                    for row in rows
+                ]
+                sent = [int(key) for key in await _publish(self._bus, outgoing)]
                 await conn.execute(_stamp_and_unlock(sent, part))
                 let_go = True
             finally:
@@ -317,26 +513,57 @@ class OutboxRelay:
             self.published += len(sent)
             return len(sent)
 
-    async def _publish(self, rows: Sequence[Any]) -> list[int]:
-        """Publish claimed rows in order, stopping at the first failure; the ids sent."""
-        sent: list[int] = []
-        try:
-            for row in rows:
-                with send_span(row["subject"], row["event_id"], dict(row["headers"])) as headers:
-                    await self._bus.publish(
-                        row["subject"], bytes(row["payload"]), msg_id=row["event_id"], headers=headers
-                    )
-                sent.append(row["id"])
-                EVENTS_PUBLISHED.labels(event_type_of(row["subject"])).inc()
-                OUTBOX_LAG.observe(float(row["age_s"]))
-        except Exception:
-            raise_if_cancelling()
-            # Keep order: stop at the first failure, stamp what got through, retry later.
-            log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
-        return sent
-
     async def _delete_old_sent_rows(self) -> None:
         await self._db.fetch(
             "DELETE FROM corral.outbox WHERE sent_at < now() - make_interval(secs => $1) RETURNING id",
             self._retention_s,
         )
+
+
+async def _publish(bus: Bus, rows: Sequence[_Outgoing]) -> list[int | str]:
+    """Publish rows in order, stopping at the first failure; the keys of those sent."""
+    sent: list[int | str] = []
+    try:
+        for row in rows:
+            with send_span(row.subject, row.event_id, row.headers) as headers:
+                await bus.publish(row.subject, row.payload, msg_id=row.event_id, headers=headers)
+            sent.append(row.key)
+            EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
+            OUTBOX_LAG.observe(row.age_s)
+    except Exception:
+        raise_if_cancelling()
+        # Keep order: stop at the first failure, stamp what got through, retry later.
+        log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
+    return sent
+
+
+async def _publish_pipelined(bus: Bus, rows: Sequence[_Outgoing], window: int = 128) -> list[int | str]:
+    """Publish rows up to ``window`` at a time without waiting for each one's ack before
+    sending the next (they leave in order on the one connection); the keys of those acked.
+
+    For the rows published on commit: a burst (a thousand submits in a second) published
+    one ack at a time had left rows a second old, which every relay's poll then took."""
+    if len(rows) == 1:
+        return await _publish(bus, rows)
+    sent: list[int | str] = []
+    for start in range(0, len(rows), window):
+        chunk = rows[start : start + window]
+        acked = await asyncio.gather(*(_publish_one(bus, row) for row in chunk))
+        sent.extend(row.key for row, ok in zip(chunk, acked, strict=True) if ok)
+        if not all(acked):
+            log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows))
+            break
+    return sent
+
+
+async def _publish_one(bus: Bus, row: _Outgoing) -> bool:
+    try:
+        with send_span(row.subject, row.event_id, row.headers) as headers:
+            await bus.publish(row.subject, row.payload, msg_id=row.event_id, headers=headers)
+    except Exception:
+        raise_if_cancelling()
+        log.debug("outbox publish of %s failed", row.event_id, exc_info=True)
+        return False
+    EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
+    OUTBOX_LAG.observe(row.age_s)
+    return True

@@ -44,7 +44,7 @@ from shared.db.pool import DATABASE_ERRORS, Database, connect
 from shared.deadletters import PostgresDeadLetters
 from shared.liveness import Liveness
 from shared.metrics import metrics_route
-from shared.outbox import OutboxRelay
+from shared.outbox import OutboxRelay, publishing_on_commit
 from shared.settings import CommonSettings, HealthSettings
 from shared.telemetry import setup_telemetry, shutdown_telemetry
 
@@ -171,16 +171,20 @@ async def service_resources(
             return bus.nc.is_connected
 
         health = Health(name, {"postgres": db.ping, "nats": nats_connected})
-        yield ServiceResources(
-            name=name,
-            settings=settings,
-            db=db,
-            bus=bus,
-            dead_letters=PostgresDeadLetters(db),
-            relay=OutboxRelay(db, bus, source=event_source or f"corral/{name}"),
-            health=health,
-            liveness=Liveness(db, name, settings.health.liveness_interval_s),
-        )
+        relay = OutboxRelay(db, bus, source=event_source or f"corral/{name}")
+        # What this process commits, its relay publishes at once (shared/outbox.py), once
+        # it runs (``start_common_tasks``): the tasks started in this block see it.
+        with publishing_on_commit(relay):
+            yield ServiceResources(
+                name=name,
+                settings=settings,
+                db=db,
+                bus=bus,
+                dead_letters=PostgresDeadLetters(db),
+                relay=relay,
+                health=health,
+                liveness=Liveness(db, name, settings.health.liveness_interval_s),
+            )
         log.info("%s shutting down", name)
 
 

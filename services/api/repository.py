@@ -39,7 +39,7 @@ from shared.events.jobs import JobCancelRequestedData, JobEndedData, JobSubmitte
 from shared.events.nodes import NodeDrainRequestedData
 from shared.ids import JobId, new_job_id
 from shared.jobs import JobSpec, JobState
-from shared.outbox import append, notify_channel, outbox_row
+from shared.outbox import append, committed_by_statement, outbox_row, statement_notify_channel
 from shared.telemetry import current_traceparent
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -108,12 +108,14 @@ class ApiRepository:
             # check failed; the transaction below says why (or, should the VC have
             # appeared meanwhile, submits).
             entry, status = audit if audit is not None else (None, None)
+            event_row = outbox_row(event, job_id)
+            channel = statement_notify_channel(SOURCE)
             row = await self.db.fetchrow(
                 SQL.submit_job_at_once,
                 *job_values,
                 vc_user,
-                *outbox_row(event, job_id),
-                notify_channel(SOURCE),
+                *event_row,
+                channel,
                 *(
                     (entry.username, entry.token_id, entry.method, entry.route, status, entry.client)
                     if entry is not None
@@ -121,6 +123,8 @@ class ApiRepository:
                 ),
             )
             if row is not None:
+                if channel is None:
+                    committed_by_statement([event_row])
                 return {**dict(row), "replayed": False, "audited": entry is not None}
         async with self.db.transaction() as conn:
             await self._check_vc(conn, spec, vc_user)

@@ -32,7 +32,7 @@ from services.scheduler.repository import (
 )
 from services.scheduler.starvation import StarvationRule, TypicalWait
 from shared.aio import raise_if_cancelling, wait_event
-from shared.db.pool import Connection
+from shared.db.pool import Connection, commit_scope
 
 log = logging.getLogger(__name__)
 
@@ -90,29 +90,31 @@ class Cycle:
             metrics.LEADER.set(1)
             started = time.perf_counter()
             try:
-                async with conn.transaction():
-                    for job_id in await evict_from_drained_nodes(conn):
-                        log.warning("job %s preempted: its node was drained with eviction", job_id)
-                    snapshot = await load_snapshot(conn, MAX_PENDING_PER_CYCLE, known=self._pending)
-                    pending = snapshot.pending
-                    result = plan(
-                        pending,
-                        snapshot.nodes,
-                        running=snapshot.running,
-                        vcs=snapshot.vcs,
-                        largest_unready_node=snapshot.largest_unready_node,
-                        settings=await self._settings_now(conn),
-                    )
-                    placed = await commit_decisions(conn, result.decisions)
-                    preempted = 0
-                    for preemption in result.preemptions:
-                        if await request_preemption(conn, preemption.job_id, preemption.reason):
-                            log.info("job %s preempted: %s", preemption.job_id, preemption.reason)
-                            preempted += 1
-                    said = {w.job_id: _said_key(w) for w in result.waiting}
-                    changed = [w for w in result.waiting if self._said.get(w.job_id) != said[w.job_id]]
-                    order = [w.job_id for w in result.waiting]
-                    await write_pending_status(conn, changed, order, order_changed=order != self._order)
+                # (Its scope: the decisions' events are published as soon as they commit.)
+                with commit_scope(conn):
+                    async with conn.transaction():
+                        for job_id in await evict_from_drained_nodes(conn):
+                            log.warning("job %s preempted: its node was drained with eviction", job_id)
+                        snapshot = await load_snapshot(conn, MAX_PENDING_PER_CYCLE, known=self._pending)
+                        pending = snapshot.pending
+                        result = plan(
+                            pending,
+                            snapshot.nodes,
+                            running=snapshot.running,
+                            vcs=snapshot.vcs,
+                            largest_unready_node=snapshot.largest_unready_node,
+                            settings=await self._settings_now(conn),
+                        )
+                        placed = await commit_decisions(conn, result.decisions)
+                        preempted = 0
+                        for preemption in result.preemptions:
+                            if await request_preemption(conn, preemption.job_id, preemption.reason):
+                                log.info("job %s preempted: %s", preemption.job_id, preemption.reason)
+                                preempted += 1
+                        said = {w.job_id: _said_key(w) for w in result.waiting}
+                        changed = [w for w in result.waiting if self._said.get(w.job_id) != said[w.job_id]]
+                        order = [w.job_id for w in result.waiting]
+                        await write_pending_status(conn, changed, order, order_changed=order != self._order)
             except asyncpg.PostgresError as exc:
                 # Cancelled mid-query (shutdown), asyncpg may raise this instead of the
                 # CancelledError; swallowing it would leave the TaskGroup waiting forever.

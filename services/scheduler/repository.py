@@ -24,7 +24,7 @@ from shared.db.queries import Queries
 from shared.events import JobScheduled
 from shared.events.jobs import JobScheduledData, TaskPlacement
 from shared.gpu_types import gpu_type_of
-from shared.outbox import append
+from shared.outbox import PUBLISHED_WITHIN_S, append
 from shared.telemetry import continue_trace
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -261,6 +261,16 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
                 "corral.job.borrowed": int(decision.borrowed),
             },
         ):
-            await append(conn, event, aggregate=decision.job.job_id)
+            overtaking = _may_overtake(decision.job)
+            await append(conn, event, aggregate=decision.job.job_id, follows_others=overtaking)
         committed += 1
     return committed
+
+
+def _may_overtake(job: PendingJob) -> bool:
+    """Whether the job's ``job.scheduled``, published on commit, could reach the stream
+    before the event that made it pending: its ``job.submitted`` (the API's) if it was
+    submitted moments ago, or a requeue's ``job.retrying`` or ``job.preempted`` (the
+    launcher's; a job requeued has a version past the submit's 1). The cycle reads the
+    job from Postgres, not from the stream, so nothing else orders the two."""
+    return job.version > 1 or job.waited_s < PUBLISHED_WITHIN_S

@@ -4,6 +4,11 @@
 transaction it left open rolled back, and nothing more (``keep_session``). JSON and
 JSONB columns are decoded to Python values by a codec set on every new connection, so
 repositories never call ``json.loads`` themselves.
+
+``after_commit`` lets code inside a transaction ask for something to happen once that
+transaction has committed, and only then (the outbox publishes its events that way).
+``Database.transaction`` gives every transaction that scope; a transaction begun on a
+connection by hand gets it from ``commit_scope``.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
@@ -53,6 +59,47 @@ else:
     PooledConnection = PoolConnectionProxy
 
 
+# The transaction now open in this task (its connection) and what is to run once it
+# commits. A ContextVar, so a transaction in another task, or on another connection in
+# this one, never runs or drops this one's callbacks.
+_AFTER_COMMIT: ContextVar[tuple[object, list[Callable[[], None]]] | None] = ContextVar(
+    "corral_after_commit", default=None
+)
+
+
+@contextmanager
+def commit_scope(conn: Connection) -> Iterator[None]:
+    """Around a transaction on ``conn`` (outside its ``async with conn.transaction()``):
+    the callbacks ``after_commit`` registered inside run once the block exits cleanly,
+    i.e. after the commit; an exception (a rollback, a failed commit) drops them."""
+    callbacks: list[Callable[[], None]] = []
+    token = _AFTER_COMMIT.set((conn, callbacks))
+    try:
+        yield
+    finally:
+        _AFTER_COMMIT.reset(token)
+    for callback in callbacks:
+        callback()
+
+
+def has_commit_scope(conn: Connection) -> bool:
+    """Whether the transaction open on ``conn`` has a ``commit_scope`` for ``after_commit``."""
+    scope = _AFTER_COMMIT.get()
+    return scope is not None and scope[0] is conn
+
+
+def after_commit(conn: Connection, callback: Callable[[], None]) -> bool:
+    """Run ``callback`` once the transaction open on ``conn`` has committed; False (and
+    nothing registered) when that transaction has no ``commit_scope`` (``conn`` is the
+    object the scope was opened with, as ``Database.transaction`` yields it). Callbacks run in
+    the order registered, synchronously, and must not raise."""
+    scope = _AFTER_COMMIT.get()
+    if scope is None or scope[0] is not conn:
+        return False
+    scope[1].append(callback)
+    return True
+
+
 async def init_connection(conn: Connection) -> None:
     for name in ("json", "jsonb"):
         await conn.set_type_codec(
@@ -84,9 +131,12 @@ class Database:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
-        """A connection inside a transaction, committed on clean exit."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield conn
+        """A connection inside a transaction, committed on clean exit; what ``after_commit``
+        registered inside runs after the commit."""
+        async with self.pool.acquire() as conn:
+            with commit_scope(conn):
+                async with conn.transaction():
+                    yield conn
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:

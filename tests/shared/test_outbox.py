@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from opentelemetry import trace
@@ -13,7 +15,16 @@ from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
-from shared.outbox import _RELAY_LOCK_CLASS, OutboxRelay, append, partition_of
+from shared.outbox import (
+    _RELAY_LOCK_CLASS,
+    STAMP_AFTER_S,
+    OutboxRelay,
+    append,
+    append_many,
+    notify_channel,
+    partition_of,
+    publishing_on_commit,
+)
 from shared.settings import NatsSettings
 from tests.tracing import global_tracer_provider
 
@@ -295,3 +306,114 @@ async def test_a_relay_cancelled_while_publishing_lets_its_partition_go(db: Data
     assert await _advisory_locks(db) == 0
     assert await OutboxRelay(db, bus)._relay_partition(part) == 1
     assert len(await _stream_messages(bus)) == 1
+
+
+# --- publishing on commit: what a service's own transactions append --------------------
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def _running(relay: OutboxRelay) -> AsyncIterator[None]:
+    """``relay`` running and publishing on commit for this test's transactions, once its
+    first (full) pass is over and it listens."""
+    with publishing_on_commit(relay):
+        task = asyncio.create_task(relay.run())
+        try:
+            await _until(lambda: relay.publishing_on_commit)
+            await asyncio.sleep(0.3)
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_process_publishes_what_it_commits_at_once_in_order_without_a_notify(
+    db: Database, bus: NatsBus
+) -> None:
+    """No NOTIFY, no relay pass: the transaction's own relay publishes its rows once it
+    has committed, then stamps them (a poll 30 s away cannot be what sent them)."""
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)
+    notifications: list[object] = []
+
+    def heard(*args: object) -> None:
+        notifications.append(args)
+
+    async with db.connection() as listener:
+        await listener.add_listener(notify_channel("test"), heard)
+        async with _running(relay):
+            async with db.transaction() as conn:
+                await append(conn, _event("job-a", "first"), aggregate="job-a")
+                await append(conn, _event("job-a", "second"), aggregate="job-a")
+                await asyncio.sleep(0.2)
+                assert relay.published == 0  # not before the commit
+            async with db.transaction() as conn:
+                await append_many(conn, [(_event("job-a", "third"), "job-a"), (_event("job-b"), "job-b")])
+            await _until(lambda: relay.published == 4)
+            assert relay.published == 4
+            await asyncio.sleep(STAMP_AFTER_S + 0.2)
+        await listener.remove_listener(notify_channel("test"), heard)
+    names = [
+        (subject, JobSubmitted.model_validate_json(data).data.name)
+        for subject, data, _ in await _stream_messages(bus)
+    ]
+    assert names == [
+        ("corral.job.submitted.job-a", "first"),
+        ("corral.job.submitted.job-a", "second"),
+        ("corral.job.submitted.job-a", "third"),
+        ("corral.job.submitted.job-b", "step"),
+    ]
+    assert notifications == []
+    assert await db.fetchval("SELECT count(*) FROM corral.outbox WHERE sent_at IS NULL") == 0
+
+
+async def test_a_rolled_back_transaction_publishes_nothing(db: Database, bus: NatsBus) -> None:
+    class Abort(Exception):
+        pass
+
+    async def change_then_fail() -> None:
+        async with db.transaction() as conn:
+            await append(conn, _event("job-a"), aggregate="job-a")
+            raise Abort
+
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)
+    async with _running(relay):
+        with pytest.raises(Abort):
+            await change_then_fail()
+        await asyncio.sleep(0.3)
+    assert relay.published == 0
+    assert await _stream_messages(bus) == []
+
+
+async def test_rows_whose_publish_on_commit_failed_go_out_through_the_relays_in_order(
+    db: Database, bus: NatsBus, nats_url: str
+) -> None:
+    """The process's NATS connection is gone: its publish fails, it stops publishing on
+    commit for a while (the next row NOTIFYs), and a relay elsewhere publishes both rows,
+    in order, the first once it is a poll interval old."""
+    broken = await NatsBus.connect(NatsSettings(url=nats_url))
+    await broken.nc.close()
+    failing = OutboxRelay(db, broken, source="test", poll_interval_s=5)
+    elsewhere = OutboxRelay(db, bus, source="test", poll_interval_s=0.5)
+    other = asyncio.create_task(elsewhere.run())  # not publishing on commit: only relays
+    try:
+        async with _running(failing):
+            async with db.transaction() as conn:
+                await append(conn, _event("job-a", "first"), aggregate="job-a")
+            await _until(lambda: not failing.publishing_on_commit)
+            assert not failing.publishing_on_commit
+            async with db.transaction() as conn:
+                await append(conn, _event("job-a", "second"), aggregate="job-a")
+            await _until(lambda: elsewhere.published == 2)
+    finally:
+        other.cancel()
+        await asyncio.gather(other, return_exceptions=True)
+    assert failing.published == 0
+    assert elsewhere.published == 2
+    names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await _stream_messages(bus)]
+    assert names == ["first", "second"]

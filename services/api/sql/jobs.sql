@@ -10,7 +10,8 @@ RETURNING id, name, username, virtual_cluster, priority, spec, state, version, g
 -- so no BEGIN and COMMIT round trips (a third of a submit's time went to round trips).
 -- The VC check of vc_for_submit ($10 NULL: an admin; FOR SHARE: the VC cannot be
 -- deleted under it), the job row of insert_job, its event's outbox row ($11-$16, from
--- shared.outbox.outbox_row), the relays' NOTIFY on channel $17, and the call's audit row
+-- shared.outbox.outbox_row), the relays' NOTIFY on channel $17 (none when NULL: the API
+-- publishes the row itself once this returns), and the call's audit row
 -- ($18-$23: services/api/audit.py's AuditEntry and status; none when $20, the method, is
 -- NULL). No row: the VC check failed and nothing was written (repository.submit_job then
 -- finds out why).
@@ -36,7 +37,7 @@ WITH vc AS (
     INSERT INTO api.audit_log (username, token_id, method, route, target, status, client)
     SELECT $18, $19, $20, $21, job.id, $22, $23 FROM job WHERE $20::text IS NOT NULL
 )
-SELECT job.* FROM job, (SELECT count(*) FROM event, pg_notify($17, $14::text)) AS notified;
+SELECT job.* FROM job, (SELECT count(pg_notify($17, $14::text)) FROM event WHERE $17::text IS NOT NULL) AS notified;
 
 -- name: get_job
 -- With why it waits, when it is pending (the scheduler's last word: scheduler.pending_status),
