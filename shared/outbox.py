@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import asyncpg
+
 from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
 from shared.db.pool import DATABASE_ERRORS, Connection, Database, after_commit, has_commit_scope
@@ -243,6 +245,36 @@ def committed_by_statement(rows: list[OutboxRow]) -> None:
     relay = _RELAY.get()
     if relay is not None:
         relay.publish_committed(rows)
+
+
+async def change_with_event(
+    db: Database, change: str, args: Sequence[Any], event: Envelope, *, aggregate: str
+) -> asyncpg.Record | None:
+    """Run ``change`` — one data-modifying statement that RETURNs a row when it changed
+    something — and, only if it did, add ``event`` to the outbox: both in one statement,
+    so atomic without a transaction's BEGIN and COMMIT (two of the four round trips of a
+    change and its event). The change's row, or None when it changed nothing (and no
+    event was written). The event is published on commit by this process's relay, as
+    ``append``'s are, or else NOTIFYs the relays."""
+    n = len(args)
+    change = change.strip().rstrip(";")
+    row = outbox_row(event, aggregate)
+    channel = statement_notify_channel(event.source)
+    # Only the caller's own statement (SQL text from a .sql file, never input) and
+    # parameter numbers are formatted in; every value is a parameter.
+    statement = f"""
+        WITH changed AS ({change}),
+        event AS (
+            INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+            SELECT ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, ${n + 6} FROM changed LIMIT 1
+            RETURNING part)
+        SELECT changed.* FROM changed,
+            (SELECT count(pg_notify(${n + 7}, part::text)) FROM event
+             WHERE ${n + 7}::text IS NOT NULL) AS notified"""  # noqa: S608
+    result = await db.fetchrow(statement, *args, *row, channel)
+    if result is not None and channel is None:
+        committed_by_statement([row])
+    return result
 
 
 @dataclass(frozen=True)

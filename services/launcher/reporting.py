@@ -1,53 +1,63 @@
-"""Recording what became of an attempt: the fenced state change and its event, in the
-caller's transaction. Shared by the node agent (processes) and the Kubernetes runner
-(pods), so both report the same way."""
+"""Recording what became of an attempt: the fenced state change and its event, in one
+statement each (``shared.outbox.change_with_event``: atomic without a transaction, one
+round trip instead of four). Shared by the node agent (processes) and the Kubernetes
+runner (pods), so both report the same way."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from services.launcher.agent.environment import Peer
 from services.launcher.repository import SQL
-from shared.db.pool import Connection
+from shared.db.pool import Database
 from shared.events import TaskExited, TaskStarted
 from shared.events.jobs import TaskExitedData, TaskStartedData
-from shared.outbox import append
+from shared.outbox import change_with_event
 
 
-async def record_started(
-    conn: Connection, source: str, *, attempt_id: str, job_id: str, node_id: str, pid: int | None
-) -> None:
+async def report_started(
+    db: Database,
+    source: str,
+    *,
+    attempt_id: str,
+    job_id: str,
+    node_id: str,
+    pid: int | None,
+    pid_start_ticks: int | None,
+    log_path: str | None,
+) -> bool:
+    """Mark the attempt RUNNING — only if ``node_id`` holds it STARTING — and say so;
+    False when it was not ours to start any more (declared lost meanwhile)."""
     event = TaskStarted(
         source=source,
         subject=attempt_id,
         data=TaskStartedData(attempt_id=attempt_id, job_id=job_id, node_id=node_id, pid=pid),
     )
-    await append(conn, event, aggregate=job_id)
+    changed = await change_with_event(
+        db,
+        SQL.mark_attempt_running,
+        (attempt_id, node_id, pid, pid_start_ticks, log_path),
+        event,
+        aggregate=job_id,
+    )
+    return changed is not None
 
 
-async def record_end(
-    conn: Connection,
+async def report_end(
+    db: Database,
     source: str,
     *,
     attempt_id: str,
+    job_id: str,
     node_id: str,
     lost: bool,
     exit_code: int | None,
     signal: int | None,
     reason: str,
     classification: str,
-) -> str | None:
+) -> bool:
     """Mark the attempt ended — only if ``node_id`` still runs it (STARTING or RUNNING) —
-    and say so; returns its job, or None when it was not ours to report any more."""
-    job_id: str | None = await conn.fetchval(
-        SQL.mark_attempt_exited,
-        attempt_id,
-        node_id,
-        "LOST" if lost else "EXITED",
-        exit_code,
-        signal,
-        reason,
-        classification,
-    )
-    if job_id is None:
-        return None
+    and say so; False when it was not ours to report any more."""
     event = TaskExited(
         source=source,
         subject=attempt_id,
@@ -61,5 +71,19 @@ async def record_end(
             classification=classification,
         ),
     )
-    await append(conn, event, aggregate=job_id)
-    return job_id
+    changed = await change_with_event(
+        db,
+        SQL.mark_attempt_exited,
+        (attempt_id, node_id, "LOST" if lost else "EXITED", exit_code, signal, reason, classification),
+        event,
+        aggregate=job_id,
+    )
+    return changed is not None
+
+
+def peers_of(claimed: dict[str, Any]) -> list[Peer]:
+    """Every task of the claimed attempt's generation, from ``claim_attempt``'s ``peers``."""
+    return [
+        Peer(p["task_role"], p["task_index"], p["node_id"], p["host"], dict(p["ports"]))
+        for p in claimed["peers"] or []
+    ]

@@ -21,6 +21,7 @@ from shared.outbox import (
     OutboxRelay,
     append,
     append_many,
+    change_with_event,
     notify_channel,
     partition_of,
     publishing_on_commit,
@@ -417,3 +418,33 @@ async def test_rows_whose_publish_on_commit_failed_go_out_through_the_relays_in_
     assert elsewhere.published == 2
     names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await _stream_messages(bus)]
     assert names == ["first", "second"]
+
+
+# --- a change and its event as one statement -----------------------------------------
+
+
+async def test_a_change_and_its_event_are_one_statement_and_no_change_writes_no_event(
+    db: Database, bus: NatsBus
+) -> None:
+    await db.execute("CREATE TABLE things (id text PRIMARY KEY, state text NOT NULL)")
+    await db.execute("INSERT INTO things VALUES ('a', 'NEW')")
+    start = "UPDATE things SET state = 'STARTED' WHERE id = $1 AND state = $2 RETURNING id, state;"
+    changed = await change_with_event(db, start, ("a", "NEW"), _event("job-a"), aggregate="job-a")
+    assert changed is not None
+    assert dict(changed) == {"id": "a", "state": "STARTED"}
+    # The same change again finds nothing to change: no row, and no event.
+    assert (
+        await change_with_event(db, start, ("a", "NEW"), _event("job-a", "again"), aggregate="job-a") is None
+    )
+    assert await db.fetchval("SELECT count(*) FROM corral.outbox") == 1
+    # With no relay publishing on commit, it NOTIFYs the relays: a pass publishes it.
+    assert await OutboxRelay(db, bus).relay_pending() == 1
+
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)
+    async with _running(relay):
+        finish = "UPDATE things SET state = 'DONE' WHERE id = $1 RETURNING id"
+        assert await change_with_event(db, finish, ("a",), _event("job-a", "done"), aggregate="job-a")
+        await _until(lambda: relay.published == 1)
+    assert relay.published == 1  # on commit: its own relay, no pass (its poll is 30 s away)
+    names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await _stream_messages(bus)]
+    assert names == ["step", "done"]

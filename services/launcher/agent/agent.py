@@ -3,9 +3,8 @@
 Concurrency model: the agent's TaskGroup (passed in) owns one watcher task per running
 attempt. ``_tasks`` holds every attempt this process is handling, from the moment it
 tries to claim one, so the consumer and the reconcile loop never act on an attempt
-twice. Every report is a fenced update (this node, the expected state) plus an outbox
-event in one transaction: a report for an attempt this agent no longer holds changes
-nothing.
+twice. Every report is a fenced update (this node, the expected state) and its outbox event in
+one statement: a report for an attempt this agent no longer holds changes nothing.
 """
 
 from __future__ import annotations
@@ -32,10 +31,10 @@ from services.launcher.agent.processes import (
     wait_spawned,
 )
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
-from services.launcher.reporting import record_end, record_started
+from services.launcher.reporting import peers_of, report_end, report_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
-from shared.db.pool import DATABASE_ERRORS, Connection, Database
+from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
 from shared.jobs import ExitRule, JobSpec
 from shared.logs import bound_job
@@ -142,15 +141,11 @@ class NodeAgent:
             self._tasks.pop(attempt_id, None)
 
     async def _claim_and_spawn(self, task: Task) -> bool:
-        async with self._db.transaction() as conn:
-            claimed = await conn.fetchrow(SQL.claim_attempt, task.attempt_id, self.node_id, self.epoch)
-            if claimed is None:
-                return False  # someone else's, already started, stopped, or its job moved on
-            row = dict(claimed)
-            peers = [
-                Peer(p["task_role"], p["task_index"], p["node_id"], p["host"], dict(p["ports"]))
-                for p in await conn.fetch(SQL.peers_of_generation, row["job_id"], row["generation"])
-            ]
+        claimed = await self._db.fetchrow(SQL.claim_attempt, task.attempt_id, self.node_id, self.epoch)
+        if claimed is None:
+            return False  # someone else's, already started, stopped, or its job moved on
+        row = dict(claimed)
+        peers = peers_of(row)
         # The watcher started below inherits this span and the job binding (asyncio copies
         # the context into new tasks), so the task's exit report joins the job's trace.
         attributes = {"corral.job.id": row["job_id"], "corral.attempt.id": task.attempt_id}
@@ -185,14 +180,8 @@ class NodeAgent:
             await self.report_exit(task, Exit(None, None, f"could not start the task: {exc}"))
             return False
         task.pid = proc.pid
-        async with self._db.transaction() as conn:
-            ticks = process_start_ticks(proc.pid)
-            marked = await conn.fetchval(
-                SQL.mark_attempt_running, task.attempt_id, self.node_id, proc.pid, ticks, str(task.log_path)
-            )
-            if marked is not None:
-                await self._announce_started(conn, task)
-        if marked is None:
+        ticks = process_start_ticks(proc.pid)
+        if not await self._report_started(task, ticks, str(task.log_path)):
             # Declared lost (or settled by a newer agent) between our claim and the spawn:
             # it is no longer ours to run. Kill it and only reap it.
             log.warning("attempt %s was taken from this agent while starting; killing it", task.attempt_id)
@@ -200,10 +189,17 @@ class NodeAgent:
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
         return True
 
-    async def _announce_started(self, conn: Connection, task: Task) -> None:
-        assert task.pid is not None
-        await record_started(
-            conn, SOURCE, attempt_id=task.attempt_id, job_id=task.job_id, node_id=self.node_id, pid=task.pid
+    async def _report_started(self, task: Task, ticks: int | None, log_path: str | None) -> bool:
+        """Record the process (RUNNING) and say so; False if the attempt is no longer ours."""
+        return await report_started(
+            self._db,
+            SOURCE,
+            attempt_id=task.attempt_id,
+            job_id=task.job_id,
+            node_id=self.node_id,
+            pid=task.pid,
+            pid_start_ticks=ticks,
+            log_path=log_path,
         )
 
     # --- watch and stop --------------------------------------------------------------
@@ -282,19 +278,19 @@ class NodeAgent:
         if task.stop_reason is not None:
             own = platform == "max_runtime_exceeded"  # the agent's own stop: say why plainly
             reason = task.stop_reason if own else f"stopped: {task.stop_reason}"
-        async with self._db.transaction() as conn:
-            job_id = await record_end(
-                conn,
-                SOURCE,
-                attempt_id=task.attempt_id,
-                node_id=self.node_id,
-                lost=lost,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-                reason=reason,
-                classification=verdict.classification,
-            )
-        if job_id is None:
+        ended = await report_end(
+            self._db,
+            SOURCE,
+            attempt_id=task.attempt_id,
+            job_id=task.job_id,
+            node_id=self.node_id,
+            lost=lost,
+            exit_code=outcome.exit_code,
+            signal=outcome.signal,
+            reason=reason,
+            classification=verdict.classification,
+        )
+        if not ended:
             return  # not ours any more: report nothing
         log.info("attempt %s ended: %s (%s)", task.attempt_id, reason, verdict.classification)
 
@@ -363,11 +359,7 @@ class NodeAgent:
             log.info("re-adopting running attempt %s (pid %s)", task.attempt_id, pid)
             task.pid = pid
             if state == "STARTING":
-                async with self._db.transaction() as conn:
-                    if await conn.fetchval(
-                        SQL.mark_attempt_running, task.attempt_id, self.node_id, pid, ticks, None
-                    ):
-                        await self._announce_started(conn, task)
+                await self._report_started(task, ticks, None)
             self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
             return
         recorded = task.files.read_exit_code()

@@ -50,7 +50,7 @@ from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
 from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify, read_log_tail
 from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriverError
 from services.launcher.kubernetes.pod_logs import PodLogs
-from services.launcher.reporting import record_end, record_started
+from services.launcher.reporting import peers_of, report_end, report_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
@@ -114,16 +114,11 @@ class KubernetesRunner:
         nothing (already started, stopped, not ours) does nothing."""
         self._starting.add(attempt_id)
         try:
-            async with self._db.transaction() as conn:
-                claimed = await conn.fetchrow(SQL.claim_attempt, attempt_id, node_id, self.epochs[node_id])
-                if claimed is None:
-                    return
-                row = dict(claimed)
-                peers = [
-                    Peer(p["task_role"], p["task_index"], p["node_id"], p["host"], dict(p["ports"]))
-                    for p in await conn.fetch(SQL.peers_of_generation, row["job_id"], row["generation"])
-                ]
-            launch = _launch(row, node_id, peers)
+            claimed = await self._db.fetchrow(SQL.claim_attempt, attempt_id, node_id, self.epochs[node_id])
+            if claimed is None:
+                return
+            row = dict(claimed)
+            launch = _launch(row, node_id, peers_of(row))
             try:
                 await self._driver.start(launch)
             except KubernetesDriverError as exc:
@@ -165,26 +160,24 @@ class KubernetesRunner:
                 await asyncio.sleep(1.0)
 
     async def _report_running(self, attempt_id: str) -> None:
-        async with self._db.transaction() as conn:
-            row = await conn.fetchrow(SQL.attempt_for_report, attempt_id)
-            if row is None or row["node_id"] not in self.epochs:
-                return
-            path = self._log_path(row)
-            if row["state"] in ("STARTING", "RUNNING") and self._tg is not None:
-                # Also after a restart (RUNNING already): the follower resumes the file.
-                self._logs.follow(self._tg, attempt_id, path)
-            marked = await conn.fetchval(
-                SQL.mark_attempt_running, attempt_id, row["node_id"], None, None, str(path)
-            )
-            if marked:
-                await record_started(
-                    conn,
-                    SOURCE,
-                    attempt_id=attempt_id,
-                    job_id=row["job_id"],
-                    node_id=row["node_id"],
-                    pid=None,
-                )
+        row = await self._db.fetchrow(SQL.attempt_for_report, attempt_id)
+        if row is None or row["node_id"] not in self.epochs:
+            return
+        path = self._log_path(row)
+        if row["state"] in ("STARTING", "RUNNING") and self._tg is not None:
+            # Also after a restart (RUNNING already): the follower resumes the file.
+            self._logs.follow(self._tg, attempt_id, path)
+        # Fenced (its node, from STARTING): a RUNNING attempt or one taken meanwhile is left.
+        await report_started(
+            self._db,
+            SOURCE,
+            attempt_id=attempt_id,
+            job_id=row["job_id"],
+            node_id=row["node_id"],
+            pid=None,
+            pid_start_ticks=None,
+            log_path=str(path),
+        )
 
     def _log_path(self, row: Any) -> Path:
         """The attempt's log file: where it was recorded, else the node agent's layout."""
@@ -210,19 +203,19 @@ class KubernetesRunner:
         if row["stop_reason"]:
             reason = f"stopped: {row['stop_reason']}"
         lost = ended.exit_code is None and ended.signal is None and platform in (None, "task_lost")
-        async with self._db.transaction() as conn:
-            job_id = await record_end(
-                conn,
-                SOURCE,
-                attempt_id=attempt_id,
-                node_id=row["node_id"],
-                lost=lost,
-                exit_code=ended.exit_code,
-                signal=ended.signal,
-                reason=reason,
-                classification=verdict.classification,
-            )
-        if job_id is not None:
+        reported = await report_end(
+            self._db,
+            SOURCE,
+            attempt_id=attempt_id,
+            job_id=row["job_id"],
+            node_id=row["node_id"],
+            lost=lost,
+            exit_code=ended.exit_code,
+            signal=ended.signal,
+            reason=reason,
+            classification=verdict.classification,
+        )
+        if reported:
             log.info("attempt %s ended: %s (%s)", attempt_id, reason, verdict.classification)
         if row["log_path"]:
             await self._logs.settle(attempt_id, Path(row["log_path"]))

@@ -13,11 +13,11 @@ RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no,
           j.traceparent,
           -- An OpenPAI job's secrets (variable -> value), for the task's environment only.
           (SELECT COALESCE(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
-           FROM api.job_secrets s WHERE s.job_id = j.id) AS secrets;
-
--- name: peers_of_generation
-SELECT task_role, task_index, node_id, host, ports FROM launcher.attempts
-WHERE job_id = $1 AND generation = $2;
+           FROM api.job_secrets s WHERE s.job_id = j.id) AS secrets,
+          -- Every task of the generation (this one too): where it runs, its ports.
+          (SELECT jsonb_agg(jsonb_build_object('task_role', p.task_role, 'task_index', p.task_index,
+                                               'node_id', p.node_id, 'host', p.host, 'ports', p.ports))
+           FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation) AS peers;
 
 -- name: mark_attempt_running
 UPDATE launcher.attempts
