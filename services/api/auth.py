@@ -108,15 +108,10 @@ async def current_principal(request: Request) -> Principal:
             "missing bearer token: send 'Authorization: Bearer <token>' "
             "(the admin token is in $CORRAL_HOME/admin-token)"
         )
-    cache: TokenCache = request.app.state.token_cache
     digest = hash_token(token.strip())
-    principal = cache.get(digest)
-    if principal is None:
-        repo: ApiRepository = request.app.state.repo
-        row = await repo.token_by_hash(digest)
-        principal = _verified(row)
-        cache.put(digest, principal, row["expires_at"] if row else None)
+    principal = await principal_of(request, digest)
     request.state.principal = principal
+    request.state.token_digest = digest
     needed: Scope = "read" if request.method in _READ_METHODS else "submit"
     if needed not in principal.scopes:
         held = ", ".join(s for s in SCOPE_ORDER if s in principal.scopes) or "none"
@@ -124,6 +119,19 @@ async def current_principal(request: Request) -> Principal:
             f"this token has the scopes {held}; {request.method} needs a token with the {needed!r} scope"
             " (create one with POST /api/v1/tokens)"
         )
+    return principal
+
+
+async def principal_of(request: Request, digest: str) -> Principal:
+    """Whom the token (by its hash) stands for now: from this process's cache, else from
+    Postgres. Raises ``Unauthorized`` for a token unknown, revoked or expired."""
+    cache: TokenCache = request.app.state.token_cache
+    principal = cache.get(digest)
+    if principal is None:
+        repo: ApiRepository = request.app.state.repo
+        row = await repo.token_by_hash(digest)
+        principal = _verified(row)
+        cache.put(digest, principal, row["expires_at"] if row else None)
     return principal
 
 

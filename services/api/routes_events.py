@@ -5,7 +5,9 @@ exactly as it is on NATS, ``id:`` a cursor (``event_hub.Cursor``). A client that
 reconnects with ``Last-Event-ID`` (browsers' ``EventSource`` does so by itself; or
 ``?last_event_id=``) gets every event it missed, in order, and nothing twice; without
 one it starts from now. A comment line every ``CORRAL_API_SSE_KEEPALIVE_S`` keeps
-proxies from closing an idle stream and lets a client notice a dead one.
+proxies from closing an idle stream and lets a client notice a dead one. Every
+``CORRAL_API_SSE_REAUTH_S`` the stream checks its token again: one revoked or expired, or
+whose user was deleted or changed role, ends it (with a ``: closed:`` comment).
 
 Filters: ``type`` (repeatable; ``corral.job.failed.v1`` or a prefix ``corral.job.*``),
 ``job`` and ``virtual_cluster`` (repeatable); visibility as in ``event_scope.py``.
@@ -13,21 +15,28 @@ Filters: ``type`` (repeatable; ``corral.job.failed.v1`` or a prefix ``corral.job
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncGenerator, Callable
+import math
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from services.api.auth import AuthenticatedPrincipal
+from services.api.auth import AuthenticatedPrincipal, principal_of
 from services.api.event_hub import LIFECYCLE, Cursor, EventHub, StreamEvent
 from services.api.event_scope import EventFacts, EventFilter, check_type_patterns
-from shared.errors import TransientError
+from shared.errors import TransientError, Unauthorized
 from shared.jobs import NAME_PATTERN
 
 router = APIRouter(prefix="/api/v1/events", tags=["events"])
+# The last words of a stream whose token no longer holds (``sse``).
+STREAM_REVOKED = (
+    b": closed: the token of this stream was revoked or expired, or its user was deleted or"
+    b" changed role; reconnect with a valid token\n\n"
+)
 JOB_ID = r"^job-[0-9a-z]{1,40}$"
 READY_TIMEOUT_S = 5.0
 
@@ -69,9 +78,18 @@ async def stream_events(
     def wants(facts: EventFacts) -> bool:
         return facts.visible_to(username, is_admin) and wanted.matches(facts)
 
-    keepalive_s: float = request.app.state.api_settings.sse_keepalive_s
+    digest: str = request.state.token_digest
+
+    async def still_allowed() -> bool:
+        """The token still stands for the same user, role and scopes."""
+        try:
+            return await principal_of(request, digest) == principal
+        except Unauthorized:
+            return False
+
+    settings = request.app.state.api_settings
     return StreamingResponse(
-        sse(hub, wants, cursor, keepalive_s),
+        sse(hub, wants, cursor, settings.sse_keepalive_s, still_allowed, settings.sse_reauth_s),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -91,10 +109,19 @@ def _body(payload: bytes, event_type: str) -> bytes:
 
 
 async def sse(
-    hub: EventHub, wants: Callable[[EventFacts], bool], cursor: Cursor | None, keepalive_s: float
+    hub: EventHub,
+    wants: Callable[[EventFacts], bool],
+    cursor: Cursor | None,
+    keepalive_s: float,
+    still_allowed: Callable[[], Awaitable[bool]] | None = None,
+    reauth_s: float = math.inf,
 ) -> AsyncGenerator[bytes, None]:
-    """The stream of one connection: catch up from JetStream, then follow the hub."""
+    """The stream of one connection: catch up from JetStream, then follow the hub; every
+    ``reauth_s`` ask ``still_allowed``, and end the stream when the token no longer holds
+    (checked at the latest a keep-alive interval late)."""
     yield b"retry: 2000\n: connected\n\n"
+    loop = asyncio.get_running_loop()
+    check_at = loop.time() + reauth_s
     while True:  # once per (re)registration: a subscriber that fell behind catches up again
         subscriber = hub.register(wants)
         try:
@@ -115,6 +142,11 @@ async def sse(
                 cursor = cursor.advanced(stream, until)
             while True:
                 batch = await subscriber.next_batch(keepalive_s)
+                if still_allowed is not None and loop.time() >= check_at:
+                    if not await still_allowed():
+                        yield STREAM_REVOKED
+                        return
+                    check_at = loop.time() + reauth_s
                 if subscriber.overflowed:
                     break
                 if not batch:

@@ -24,6 +24,10 @@ class ApiSettings(BaseSettings):
     # events one subscriber may have queued before it must catch up from JetStream.
     sse_keepalive_s: float = Field(default=15.0, gt=0, le=300)
     sse_queue_limit: int = Field(default=10_000, ge=10)
+    # How often an open event stream checks that its token still holds: one revoked or
+    # expired, or whose user was deleted or demoted, ends the stream (the client's
+    # reconnect then gets the 401 or the narrower view).
+    sse_reauth_s: float = Field(default=30.0, gt=0, le=3600)
     # Webhooks: the delays between attempts (Standard Webhooks' schedule: about a day in
     # all, then the delivery is failed), how long one attempt may take, how long a claimed
     # delivery is leased (a crash mid-send sends it again after this), how many are sent

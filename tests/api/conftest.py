@@ -56,7 +56,7 @@ class Api:
 @pytest.fixture
 async def api(db: Database, bus: NatsBus, admin_token: str) -> AsyncIterator[Api]:
     """The API with its event hub, served on a real port."""
-    settings = Settings(api=ApiSettings(sse_keepalive_s=0.3, sse_queue_limit=10))
+    settings = Settings(api=ApiSettings(sse_keepalive_s=0.3, sse_queue_limit=10, sse_reauth_s=0.3))
     hub = EventHub(bus.js, Scopes(db), settings.api.sse_queue_limit)
     app = create_app(ApiRepository(db), Health("api", {}), settings, None, hub)
     await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")

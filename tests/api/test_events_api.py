@@ -246,3 +246,26 @@ async def test_the_event_stream_needs_a_token(api: Api) -> None:
     async with httpx.AsyncClient() as http:
         response = await http.get(api.url + "/api/v1/events")
     assert response.status_code == 401
+
+
+async def test_a_stream_ends_once_its_token_is_revoked_and_cannot_resume(
+    api: Api, bus: NatsBus, db: Database
+) -> None:
+    """Within a re-check (0.3 s here; 30 s by default) and a keep-alive of the revoke; a
+    token that still holds keeps its stream."""
+    async with stream(api, api.alice) as revoked, stream(api, api.admin) as kept:
+        await _subscribed(api, 2)
+        async with httpx.AsyncClient() as http:
+            response = await http.delete(
+                api.url + "/api/v1/tokens/tok-alice", headers={"Authorization": f"Bearer {api.admin}"}
+            )
+        assert response.status_code == 204, response.text
+        with pytest.raises(AssertionError, match="the stream ended"):
+            await revoked.next_event(3.0)
+        assert any(comment.startswith("closed: the token") for comment in revoked.comments)
+        job = await _job(db, "alice")
+        await publish(bus, submitted(job, "alice"))
+        assert (await kept.next_event())["event"] == "corral.job.submitted.v1"
+    async with httpx.AsyncClient() as http:
+        again = await http.get(api.url + "/api/v1/events", headers={"Authorization": f"Bearer {api.alice}"})
+    assert again.status_code == 401
