@@ -14,8 +14,8 @@ import httpx
 from services.api.event_hub import EventHub
 from services.api.settings import ApiSettings
 from services.api.webhook_delivery import WebhookDeliverer
-from services.api.webhook_fanin import WEBHOOK_CONSUMERS, WebhookFanIn
-from shared.bus import Bus, ConsumerSpec, DeadLetterSink, run_consumer
+from services.api.webhook_fanin import WEBHOOK_CONSUMERS, WebhookFanIn, run_fan_in
+from shared.bus import Bus, DeadLetterSink
 from shared.db.pool import Database
 
 
@@ -32,6 +32,5 @@ async def run_integrations(
         tg.create_task(hub.run(), name="event-hub")
         fan_in = WebhookFanIn(db, hub.scopes, wake, webhooks_added)
         for consumer in WEBHOOK_CONSUMERS:
-            spec = ConsumerSpec(consumer, fan_in.handle)
-            tg.create_task(run_consumer(bus, spec, dead_letters), name=consumer.durable)
+            tg.create_task(run_fan_in(bus, consumer, fan_in, dead_letters), name=consumer.durable)
         tg.create_task(WebhookDeliverer(db, settings, http, wake).run(), name="webhook-delivery")

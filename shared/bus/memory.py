@@ -36,6 +36,7 @@ class _Stored:
     subject: str
     data: bytes
     headers: dict[str, str]
+    stored_at: float = field(default_factory=time.time)  # wall clock, as JetStream stamps it
 
 
 @dataclass
@@ -162,9 +163,16 @@ class MemoryBus:
         key = (config.stream, config.durable)
         consumer = self._consumers.get(key)
         if consumer is None:
-            start = 0 if config.deliver_all else len(self.messages[config.stream])
+            messages = self.messages[config.stream]
+            start = 0 if config.deliver_all else len(messages)
+            if not config.deliver_all and config.start_time is not None:
+                since = config.start_time.timestamp()
+                start = next((m.seq - 1 for m in messages if m.stored_at >= since), len(messages))
             consumer = self._consumers[key] = _Consumer(config, cursor=start)
         return MemorySubscription(self, stream, consumer)
+
+    async def delete_consumer(self, stream: str, durable: str) -> None:
+        self._consumers.pop((stream, durable), None)
 
     async def close(self) -> None:
         return None

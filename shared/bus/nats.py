@@ -185,12 +185,21 @@ class NatsBus:
             # must not use up deliveries and be dropped silently. ``max_deliver`` is
             # enforced by the consumer loop, which dead-letters instead of dropping.
             max_deliver=-1,
-            deliver_policy=api.DeliverPolicy.ALL if config.deliver_all else api.DeliverPolicy.NEW,
+            deliver_policy=_deliver_policy(config),
+            opt_start_time=None if config.deliver_all else config.start_time,
             max_ack_pending=10_000,
         )
         await self.js.add_consumer(config.stream, consumer)
         sub = await self.js.pull_subscribe_bind(config.durable, stream=config.stream)
         return NatsSubscription(sub)
+
+    async def delete_consumer(self, stream: str, durable: str) -> None:
+        try:
+            await self.js.delete_consumer(stream, durable)
+        except nats.js.errors.NotFoundError:
+            return
+        except nats.errors.Error as exc:
+            raise ConnectionError(f"could not delete consumer {durable}: {exc!r}") from exc
 
     async def listen(self, subject: str, queue: str, handle: Callable[[bytes], None]) -> None:
         """Hand every message on ``subject`` to ``handle``, sharing them with every other
@@ -259,3 +268,9 @@ class NatsBus:
         # 30 s timeout on the cancelled pull requests of our consumers.
         if not self.nc.is_closed:
             await self.nc.close()
+
+
+def _deliver_policy(config: ConsumerConfig) -> api.DeliverPolicy:
+    if config.deliver_all:
+        return api.DeliverPolicy.ALL
+    return api.DeliverPolicy.NEW if config.start_time is None else api.DeliverPolicy.BY_START_TIME

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 
@@ -23,6 +24,9 @@ class ConsumerConfig:
     max_deliver: int = 10
     # Consumers of a new durable see only new messages by default; "all" replays.
     deliver_all: bool = True
+    # Not replaying all: a durable created anew starts at the messages stored since this
+    # time (timezone-aware), not at the next one.
+    start_time: datetime | None = None
 
 
 class Delivery(Protocol):
@@ -60,5 +64,9 @@ class Bus(Protocol):
     ) -> None: ...
 
     async def subscribe(self, config: ConsumerConfig) -> Subscription: ...
+
+    async def delete_consumer(self, stream: str, durable: str) -> None:
+        """Forget a durable consumer and where it stood (none by that name: nothing to do)."""
+        ...
 
     async def close(self) -> None: ...

@@ -269,3 +269,35 @@ async def test_a_stream_ends_once_its_token_is_revoked_and_cannot_resume(
     async with httpx.AsyncClient() as http:
         again = await http.get(api.url + "/api/v1/events", headers={"Authorization": f"Bearer {api.alice}"})
     assert again.status_code == 401
+
+
+async def test_with_no_stream_open_the_hub_only_moves_its_position(
+    api: Api, bus: NatsBus, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No facts worked out for nobody (a JSON parse and an owner look-up per event);
+    a stream opened afterwards starts exactly after what was skipped."""
+    worked_out = 0
+    facts = api.hub.scopes.facts
+
+    async def counting(payload: bytes) -> EventFacts | None:
+        nonlocal worked_out
+        worked_out += 1
+        return await facts(payload)
+
+    monkeypatch.setattr(api.hub.scopes, "facts", counting)
+    job = await _job(db, "alice")
+    await publish(bus, submitted(job, "alice"), running(job))
+    for _ in range(100):
+        probe = api.hub.register(lambda _: False)  # (a registration reads the position)
+        api.hub.unregister(probe)
+        if probe.start.positions[0] >= 2:
+            break
+        await asyncio.sleep(0.02)
+    assert probe.start.positions[0] >= 2
+    assert worked_out == 0
+    async with stream(api, api.alice) as alice:
+        await _subscribed(api, 1)
+        await publish(bus, started(job))
+        assert (await alice.next_event())["event"] == "corral.task.started.v1"
+        assert await alice.silence(0.3) == []  # and nothing from before it opened
+    assert worked_out == 1

@@ -343,3 +343,39 @@ async def test_corral_webhook_commands(
     assert "unknown event type 'corral.nope'" in err
     code, out, _ = await corral("webhook", "delete", hook_id)
     assert (code, out.strip()) == (0, f"webhook {hook_id} deleted")
+
+
+async def test_with_no_webhook_the_fan_in_takes_nothing_and_resumes_from_when_it_last_saw_none(
+    client: httpx.AsyncClient, bus: NatsBus, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Paused, its durable consumer is left alone (nothing delivered, nothing acked); a
+    webhook created through another API process gets the events from its creation on,
+    not the pause's backlog."""
+    monkeypatch.setattr(webhook_fanin, "NO_WEBHOOKS_RECHECK_S", 0.2)
+    monkeypatch.setattr(webhook_fanin, "RESUME_MARGIN_S", 0.1)
+    [config] = [c for c in webhook_fanin.WEBHOOK_CONSUMERS if c.stream == "CORRAL_JOBS"]
+    fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())  # not told of creations
+    task = asyncio.create_task(webhook_fanin.run_fan_in(bus, config, fan_in, PostgresDeadLetters(db)))
+    try:
+        await asyncio.sleep(0.3)  # the durable exists
+        before = await _job(db, "admin")
+        await publish(bus, failed(before))
+        await asyncio.sleep(1.0)
+        info = await bus.js.consumer_info(config.stream, config.durable)
+        assert (info.delivered.stream_seq, info.num_ack_pending, info.num_pending) == (0, 0, 1)
+
+        hook = await _create(client, "http://127.0.0.1:9/unused", "corral.job.failed.v1")
+        after = await _job(db, "admin")
+        event = failed(after)
+        await publish(bus, event)  # most likely before the fan-in has noticed the webhook
+
+        async def queued() -> bool:
+            return bool(await _deliveries(client, hook["id"]))
+
+        await _eventually(queued, 5.0)
+        await asyncio.sleep(0.3)
+        assert [d["event_id"] for d in await _deliveries(client, hook["id"])] == [event.id]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from opentelemetry import trace
@@ -279,3 +281,30 @@ async def test_the_handler_continues_the_publishers_trace(any_bus: Bus) -> None:
         await _consume_until(any_bus, spec, RecordingSink(), done)
     assert seen == [trace_id]
     assert jobs == ["job-traced"]
+
+
+async def test_a_durable_made_anew_from_a_start_time_gets_what_was_stored_since(any_bus: Bus) -> None:
+    """What a paused consumer resumes with (the webhook fan-in): delete it, then create it
+    again from a moment in the past; it replays from there, not from its old position."""
+    config = ConsumerConfig(
+        stream=JOBS.name, durable="from-a-time", filter_subjects=("corral.job.>",), deliver_all=False
+    )
+    await _publish(any_bus, _event("job-old"))
+    await asyncio.sleep(0.05)
+    since = datetime.now(UTC)
+    await asyncio.sleep(0.05)
+    await _publish(any_bus, _event("job-1"))
+    await _publish(any_bus, _event("job-2"))
+    await any_bus.delete_consumer(JOBS.name, "from-a-time")  # none yet: nothing to do
+    sub = await any_bus.subscribe(replace(config, start_time=since))
+    got = list(await sub.fetch(10, 1.0))
+    got += await sub.fetch(10, 0.3)  # (a first fetch may ask for one: its backlog is unknown)
+    assert [d.subject for d in got] == ["corral.job.submitted.job-1", "corral.job.submitted.job-2"]
+    for delivery in got:
+        await delivery.ack()
+
+    await any_bus.delete_consumer(JOBS.name, "from-a-time")
+    again = await any_bus.subscribe(config)  # anew, at "new": nothing stored before
+    assert await again.fetch(10, 0.3) == []
+    await _publish(any_bus, _event("job-3"))
+    assert [d.subject for d in await again.fetch(10, 1.0)] == ["corral.job.submitted.job-3"]
