@@ -114,7 +114,12 @@ class Cycle:
                         said = {w.job_id: _said_key(w) for w in result.waiting}
                         changed = [w for w in result.waiting if self._said.get(w.job_id) != said[w.job_id]]
                         order = [w.job_id for w in result.waiting]
-                        await write_pending_status(conn, changed, order, order_changed=order != self._order)
+                        # What this scheduler wrote is all there is, once it has committed a
+                        # cycle as leader (``_order`` known): then only the jobs gone go.
+                        gone = None if self._order is None else [j for j in self._said if j not in said]
+                        await write_pending_status(
+                            conn, changed, order, order_changed=order != self._order, gone=gone
+                        )
             except asyncpg.PostgresError as exc:
                 # Cancelled mid-query (shutdown), asyncpg may raise this instead of the
                 # CancelledError; swallowing it would leave the TaskGroup waiting forever.

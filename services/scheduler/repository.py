@@ -192,11 +192,24 @@ def _waited_before(row: asyncpg.Record, gpus: int) -> float:
 
 
 async def write_pending_status(
-    conn: Connection, changed: list[Waiting], waiting_ids: list[str], *, order_changed: bool
+    conn: Connection,
+    changed: list[Waiting],
+    waiting_ids: list[str],
+    *,
+    order_changed: bool,
+    gone: list[str] | None = None,
 ) -> None:
     """Why each job waits: the rows that changed, and none for jobs no longer waiting;
-    and, when it changed, the order they wait in (``waiting_ids``: their positions)."""
-    await conn.execute(SQL.forget_pending_status, waiting_ids)
+    and, when it changed, the order they wait in (``waiting_ids``: their positions).
+
+    ``gone``: the jobs that waited after the last cycle this scheduler committed and no
+    longer do, whose rows are all there is to delete (a few, where the whole queue went
+    to Postgres to be anti-joined every cycle); None when that is not known (a new
+    leader): every row of a job not waiting now goes."""
+    if gone is None:
+        await conn.execute(SQL.forget_pending_status, waiting_ids)
+    elif gone:
+        await conn.execute(SQL.forget_pending_status_of, gone)
     if changed:
         await conn.execute(
             SQL.write_pending_status,

@@ -101,3 +101,29 @@ async def test_positions_move_up_without_rewriting_the_reasons_behind(db: Databa
     assert await cycle.run_once() == 0
     assert await _standing(db) == settled
     assert await db.fetchval("SELECT updated_at FROM scheduler.queue_order") == order_written
+
+
+async def test_a_leader_forgets_the_reasons_of_jobs_gone_and_a_new_one_every_stale_reason(
+    db: Database, cycle: Cycle
+) -> None:
+    """A cycle deletes the rows of the jobs that left the queue since the last cycle it
+    committed, not the whole queue anti-joined; a new leader, which does not know what
+    the last one wrote, deletes every row of a job that is not waiting."""
+    await _ready_node(db, gpus=2)
+    repo = ApiRepository(db)
+    first = await _submit(repo, 2)
+    waiting = [await _submit(repo, 2) for _ in range(3)]
+    assert await cycle.run_once() == 1
+    assert set(await _standing(db)) == set(waiting)
+    await db.execute("UPDATE api.jobs SET state = 'CANCELLED', finished_at = now() WHERE id = $1", waiting[2])
+    assert await cycle.run_once() == 0
+    assert set(await _standing(db)) == set(waiting[:2])  # the cancelled job's row is gone
+
+    # A row a former leader left behind for a job that no longer waits.
+    await db.execute(
+        "INSERT INTO scheduler.pending_status (job_id, reason, detail) VALUES ($1, 'Priority', '')", first
+    )
+    # A new leader (a cycle that has committed nothing yet) with the same lock.
+    assert await Cycle(cycle._leadership, interval_s=60).run_once() == 0
+    rows = {r["job_id"] for r in await db.fetch("SELECT job_id FROM scheduler.pending_status")}
+    assert rows == set(waiting[:2])

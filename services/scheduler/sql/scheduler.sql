@@ -134,6 +134,10 @@ ON CONFLICT (only_row) DO UPDATE SET job_ids = excluded.job_ids, updated_at = no
 DELETE FROM scheduler.pending_status s
 WHERE NOT EXISTS (SELECT 1 FROM unnest($1::text[]) AS w(job_id) WHERE w.job_id = s.job_id);
 
+-- name: forget_pending_status_of
+-- The jobs that waited at the last cycle and no longer do.
+DELETE FROM scheduler.pending_status WHERE job_id = ANY ($1::text[]);
+
 -- name: finished_waits
 -- The jobs that finished after $1 (epoch seconds), in the order they finished, with their
 -- queueing delay: age at the end less the time its runs took (attained GPU-seconds over
