@@ -29,14 +29,17 @@ work, while the events of one job reach the stream in the order they were commit
 crash between publish and stamp re-publishes the row; JetStream's duplicate window
 drops it, and consumers are idempotent beyond that window.
 
-Ordering with publishing on commit: a process publishes what it commits in commit order,
-one message after another. Events of one job that different processes commit are
-ordered by the job's life itself (the launcher writes ``job.running`` only after it has
-consumed ``task.started``), except where a writer reads the state from Postgres instead
-of the stream (the scheduler may place a job whose ``job.submitted`` is still on its
-way). While a process's publishes fail, its relay stops publishing on commit for a
-while and NOTIFYs instead, so rows left unsent go out in partition order with the ones
-after them. Consumers must (and do) bear reordering anyway (DESIGN.md, rule 2).
+Ordering with publishing on commit: a process publishes what it commits in commit order
+(sent in that order on its one NATS connection, acks awaited together). Events of one
+job that different processes commit are ordered by the job's life itself (the launcher
+writes ``job.running`` only after it has consumed ``task.started``), except where a
+writer acts on what it read from Postgres: the scheduler may place a job whose
+``job.submitted`` is still on its way, so it passes ``follows_others`` for a job that
+became pending moments ago, and that event goes through a relay pass, after the job's
+unsent ones. While a process's publishes fail, its relay stops publishing on commit for
+a while and NOTIFYs instead, so rows left unsent go out in partition order with the
+ones after them (a failure amid a burst may still let a later event of the same job go
+first). Consumers must (and do) bear reordering anyway (DESIGN.md, rule 2).
 """
 
 from __future__ import annotations

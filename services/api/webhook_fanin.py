@@ -13,12 +13,12 @@ The payload stored is the event as the bus carries it: ``parse_event`` then
 
 While no webhook is enabled the consumers do not run (``run_fan_in``): taking every
 event off NATS, acking it and finding nobody to send it to had cost the API nearly half
-of its CPU per job (bench.e2e: 1.8 of 4 ms), and NATS the acks. When a webhook appears (at once if it was
-created through this process, else within ``NO_WEBHOOKS_RECHECK_S``) a consumer
-starts again from just before the moment it last found none (``RESUME_MARGIN_S``): it
-is made anew from that time, so nothing since is missed and the backlog of the pause is
-not replayed. A new webhook may therefore get an event from a second or two before it
-was created.
+of its CPU per job (bench.e2e: 1.8 of 4 ms), and NATS the acks. When a webhook appears
+(at once if it was created through this process, else within ``NO_WEBHOOKS_RECHECK_S``)
+a consumer starts again from just before the moment it last found none
+(``RESUME_MARGIN_S``): it is made anew from that time, so nothing since is missed and
+the backlog of the pause is not replayed. A new webhook may therefore get an event from
+a second or two before it was created.
 """
 
 from __future__ import annotations

@@ -11,13 +11,9 @@ stays unsent until the scheduler's relay pass takes it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 from services.api.repository import ApiRepository
 from services.scheduler.cycle import Cycle
-from services.scheduler.leader import Leadership
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.jobs import JobSpec
@@ -27,18 +23,6 @@ from tests.scheduler.test_queue_order import _ready_node
 SPEC = JobSpec.model_validate(
     {"name": "t", "tasks": [{"name": "main", "command": "x", "resources": {"gpus": 1}}]}
 )
-
-
-@pytest.fixture
-async def cycle(database_url: str) -> AsyncIterator[Cycle]:
-    leadership = Leadership(database_url, retry_s=0.05)
-    campaign = asyncio.create_task(leadership.run())
-    try:
-        await asyncio.wait_for(leadership.acquired.wait(), 10)
-        yield Cycle(leadership, interval_s=60)
-    finally:
-        campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
 
 
 async def _subjects(bus: NatsBus, count: int) -> list[str]:

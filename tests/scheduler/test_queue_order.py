@@ -7,14 +7,8 @@ and a node agent would leave it.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
-
 from services.api.repository import ApiRepository
 from services.scheduler.cycle import Cycle
-from services.scheduler.leader import Leadership
 from shared.db.pool import Database
 from shared.jobs import JobSpec
 
@@ -53,18 +47,6 @@ async def _standing(db: Database) -> dict[str, tuple[int, str, object]]:
            JOIN scheduler.queue_positions q USING (job_id)"""
     )
     return {r["job_id"]: (r["position"], r["reason"], r["updated_at"]) for r in rows}
-
-
-@pytest.fixture
-async def cycle(database_url: str) -> AsyncIterator[Cycle]:
-    leadership = Leadership(database_url, retry_s=0.05)
-    campaign = asyncio.create_task(leadership.run())
-    try:
-        await asyncio.wait_for(leadership.acquired.wait(), 10)
-        yield Cycle(leadership, interval_s=60)
-    finally:
-        campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
 
 
 async def test_positions_move_up_without_rewriting_the_reasons_behind(db: Database, cycle: Cycle) -> None:

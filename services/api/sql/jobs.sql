@@ -37,7 +37,8 @@ WITH vc AS (
     INSERT INTO api.audit_log (username, token_id, method, route, target, status, client)
     SELECT $18, $19, $20, $21, job.id, $22, $23 FROM job WHERE $20::text IS NOT NULL
 )
-SELECT job.* FROM job, (SELECT count(pg_notify($17, $14::text)) FROM event WHERE $17::text IS NOT NULL) AS notified;
+SELECT job.* FROM job,
+    (SELECT count(pg_notify($17, $14::text)) FROM event WHERE $17::text IS NOT NULL) AS notified;
 
 -- name: get_job
 -- With why it waits, when it is pending (the scheduler's last word: scheduler.pending_status),
