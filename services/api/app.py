@@ -42,7 +42,10 @@ from services.api.tracing import telemetry_config
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.gc_tuning import tune_garbage_collector
 from shared.metrics import HttpMetrics, exposition
-from shared.service import Health, ServiceResources, run_service, serve_http, service_resources
+from shared.service import Health, ServiceResources, every, run_service, serve_http, service_resources
+
+# How often an API process deletes the audit rows past their retention (audit.py).
+AUDIT_SWEEP_EVERY_S = 3600.0
 
 
 def create_app(
@@ -121,6 +124,7 @@ async def serve(settings: Settings) -> None:
 
 async def run_api(res: ServiceResources, settings: Settings) -> None:
     repo = ApiRepository(res.db)
+    audit_log = TenantRepository(res.db)
     await bootstrap_admin(repo, settings.admin_token_path)
     timeout_s = settings.api.dry_run_timeout_s
 
@@ -136,6 +140,14 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
         tg.create_task(res.relay.run(), name="outbox-relay")
         tg.create_task(res.liveness.run(), name="liveness")
         tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
+        retention_s = settings.api.audit_retention_days * 86400
+
+        async def forget_old_audit() -> int:
+            return await audit_log.forget_old_audit(retention_s)
+
+        tg.create_task(
+            every(AUDIT_SWEEP_EVERY_S, forget_old_audit, "audit log retention"), name="audit-retention"
+        )
         integrations = run_integrations(
             res.db,
             res.bus,

@@ -19,6 +19,10 @@ the audit row in the statement that stores the job (``AuditEntry``, built from t
 exactly as here), then says so (``audited_with_change``), and the middleware writes no
 second row for that status. One round trip fewer per submit, and a job never exists
 without its audit row.
+
+Retention: every API process deletes, once an hour, the rows older than
+``CORRAL_API_AUDIT_RETENTION_DAYS`` (365 by default), in batches
+(``TenantRepository.forget_old_audit``); export the log first if it must be kept longer.
 """
 
 from __future__ import annotations

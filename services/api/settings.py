@@ -39,6 +39,8 @@ class ApiSettings(BaseSettings):
     webhook_secret_overlap_s: float = Field(default=24 * 3600.0, ge=0)
     # How long an Idempotency-Key on submit is remembered (idempotency.py).
     idempotency_retention_s: float = Field(default=24 * 3600.0, ge=60, le=30 * 24 * 3600.0)
+    # How long the audit log keeps a row (older ones are deleted once an hour; audit.py).
+    audit_retention_days: float = Field(default=365.0, gt=0)
     # Per-token rate limits (rate_limit.py), token buckets in each API process: requests
     # per second sustained and the burst allowed above it; submits (POST /api/v1/jobs and
     # resubmits) also draw from a bucket of their own. 0 turns a limit off.

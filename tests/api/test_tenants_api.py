@@ -374,3 +374,18 @@ async def test_every_api_route_needs_a_token(db: Database) -> None:
     routes = [r for r in _api_routes(app.routes) if r.path.startswith("/api/")]
     assert len(routes) > 40
     assert [r.path for r in routes if not _needs_token(r.dependant)] == []
+
+
+async def test_audit_rows_past_their_retention_are_deleted_in_batches_and_the_rest_kept(db: Database) -> None:
+    """What each API process runs once an hour (CORRAL_API_AUDIT_RETENTION_DAYS)."""
+    audit = TenantRepository(db)
+    for age_days in (400, 399, 398, 397, 396, 10, 0):
+        await db.execute(
+            "INSERT INTO api.audit_log (at, username, method, route, status)"
+            " VALUES (now() - make_interval(days => $1), 'alice', 'POST', '/api/v1/jobs', 201)",
+            age_days,
+        )
+    assert await audit.forget_old_audit(365 * 86400, batch=2) == 5
+    left = await db.fetch("SELECT extract(day FROM now() - at)::int AS days FROM api.audit_log ORDER BY id")
+    assert [r["days"] for r in left] == [10, 0]
+    assert await audit.forget_old_audit(365 * 86400) == 0

@@ -16,3 +16,10 @@ WHERE ($1::bigint IS NULL OR id < $1)
   AND ($8::smallint IS NULL OR status >= $8)
 ORDER BY id DESC
 LIMIT $9;
+
+-- name: forget_old_audit
+-- At most $2 rows older than $1 seconds, oldest first: ids grow with time, so the primary
+-- key walks them from the low end and stops at the first row young enough.
+DELETE FROM api.audit_log
+WHERE id IN (SELECT id FROM api.audit_log
+             WHERE at < now() - make_interval(secs => $1) ORDER BY id LIMIT $2);
