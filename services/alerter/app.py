@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 
 import httpx
 
@@ -15,6 +16,7 @@ from services.alerter.routing import RoutingFile
 from services.alerter.rule_config import RulesInForce
 from services.alerter.settings import Settings
 from shared.bus import ConsumerSpec, run_consumer
+from shared.idempotency import FORGET_EVERY_S, forget_processed
 from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,10 @@ async def serve(settings: Settings) -> None:
             for consumer in (JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
                 spec = ConsumerSpec(consumer, handlers.handle)
                 tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=consumer.durable)
+            tg.create_task(
+                every(FORGET_EVERY_S, partial(forget_processed, res.db), "processed events upkeep"),
+                name="processed-events",
+            )
             tg.create_task(deliverer.run(), name="delivery")
             tg.create_task(every(config.routing_check_s, reload_files, "configuration reload"), name="reload")
             tg.create_task(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack
+from functools import partial
 
 from services.launcher import repository
 from services.launcher.handlers import CONSUMER, LauncherHandlers
@@ -16,6 +17,7 @@ from services.launcher.settings import Settings
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
+from shared.idempotency import FORGET_EVERY_S, forget_processed
 from shared.service import ServiceResources, every, run_service, service_resources
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ async def serve(settings: Settings) -> None:
             tg.create_task(
                 run_consumer(res.bus, ConsumerSpec(CONSUMER, handlers.handle), res.dead_letters),
                 name="consumer",
+            )
+            tg.create_task(
+                every(FORGET_EVERY_S, partial(forget_processed, res.db), "processed events upkeep"),
+                name="processed-events",
             )
             tg.create_task(
                 every(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 
 from services.monitor.handlers import NODE_COMMANDS, MonitorHandlers
 from services.monitor.health import default_rules
@@ -15,6 +16,7 @@ from services.monitor.repository import mark_silent_nodes_unreachable, prune_his
 from services.monitor.settings import MonitorSettings, Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.db.pool import Database
+from shared.idempotency import FORGET_EVERY_S, forget_processed
 from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,10 @@ async def serve(settings: Settings) -> None:
             )
             tg.create_task(
                 every(60.0, lambda: keep_history(res.db, config), "history upkeep"), name="history"
+            )
+            tg.create_task(
+                every(FORGET_EVERY_S, partial(forget_processed, res.db), "processed events upkeep"),
+                name="processed-events",
             )
             tg.create_task(
                 run_consumer(res.bus, ConsumerSpec(NODE_COMMANDS, handlers.handle), res.dead_letters),

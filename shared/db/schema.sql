@@ -627,6 +627,7 @@ CREATE INDEX webhook_secrets_of ON api.webhook_secrets USING btree (webhook_id);
 CREATE INDEX webhooks_owner ON api.webhooks USING btree (username, created_at);
 CREATE INDEX outbox_sent_at ON corral.outbox USING btree (sent_at) WHERE (sent_at IS NOT NULL);
 CREATE INDEX outbox_unsent ON corral.outbox USING btree (part, id) WHERE (sent_at IS NULL);
+CREATE INDEX processed_events_by_age ON corral.processed_events USING brin (processed_at);
 CREATE INDEX service_instances_by_service ON corral.service_instances USING btree (service, last_seen_at);
 CREATE INDEX attempts_by_job ON launcher.attempts USING btree (job_id);
 CREATE INDEX attempts_by_node_live ON launcher.attempts USING btree (node_id) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
