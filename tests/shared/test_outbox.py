@@ -61,17 +61,20 @@ async def test_append_needs_the_callers_transaction(db: Database) -> None:
             await append(conn, _event("job-1"), aggregate="job-1")
 
 
+class Abort(Exception):
+    pass
+
+
+async def _append_then_fail(db: Database, job: str) -> None:
+    """A state change that appends its event, then fails: its transaction rolls back."""
+    async with db.transaction() as conn:
+        await append(conn, _event(job), aggregate=job)
+        raise Abort
+
+
 async def test_a_rolled_back_change_leaves_no_event(db: Database) -> None:
-    class Abort(Exception):
-        pass
-
-    async def change_then_fail() -> None:
-        async with db.transaction() as conn:
-            await append(conn, _event("job-1"), aggregate="job-1")
-            raise Abort
-
     with pytest.raises(Abort):
-        await change_then_fail()
+        await _append_then_fail(db, "job-1")
     assert await db.fetchrow("SELECT 1 FROM corral.outbox") is None
 
 
@@ -374,18 +377,10 @@ async def test_a_process_publishes_what_it_commits_at_once_in_order_without_a_no
 
 
 async def test_a_rolled_back_transaction_publishes_nothing(db: Database, bus: NatsBus) -> None:
-    class Abort(Exception):
-        pass
-
-    async def change_then_fail() -> None:
-        async with db.transaction() as conn:
-            await append(conn, _event("job-a"), aggregate="job-a")
-            raise Abort
-
     relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)
     async with _running(relay):
         with pytest.raises(Abort):
-            await change_then_fail()
+            await _append_then_fail(db, "job-a")
         await asyncio.sleep(0.3)
     assert relay.published == 0
     assert await _stream_messages(bus) == []
