@@ -32,18 +32,11 @@ async def first_time(conn: Connection, consumer: str, event_id: str) -> bool:
 
 
 async def forget_processed(db: Database, older_than_s: float = REMEMBER_S, batch: int = 10_000) -> int:
-    """Delete the records older than ``older_than_s``, a batch per statement (no long
-    lock or transaction); how many went."""
-    total = 0
-    while True:
-        status = await db.execute(
-            """DELETE FROM corral.processed_events WHERE ctid = ANY (ARRAY(
-                   SELECT ctid FROM corral.processed_events
-                   WHERE processed_at < now() - make_interval(secs => $1) LIMIT $2))""",
-            older_than_s,
-            batch,
-        )
-        deleted = int(status.split()[-1])
-        total += deleted
-        if deleted < batch:
-            return total
+    """Delete the records older than ``older_than_s``, a batch per statement; how many went."""
+    return await db.delete_in_batches(
+        """DELETE FROM corral.processed_events WHERE ctid = ANY (ARRAY(
+               SELECT ctid FROM corral.processed_events
+               WHERE processed_at < now() - make_interval(secs => $1) LIMIT $2))""",
+        older_than_s,
+        batch=batch,
+    )

@@ -172,7 +172,7 @@ async def service_resources(
 
         health = Health(name, {"postgres": db.ping, "nats": nats_connected})
         relay = OutboxRelay(db, bus, source=event_source or f"corral/{name}")
-        # What this process commits, its relay publishes at once (shared/outbox.py), once
+        # What this process commits, its relay publishes at once (shared/outbox/), once
         # it runs (``start_common_tasks``): the tasks started in this block see it.
         with publishing_on_commit(relay):
             yield ServiceResources(

@@ -157,15 +157,8 @@ class TenantRepository:
         await self.db.execute(SQL.insert_audit, username, token_id, method, route, target, status, client)
 
     async def forget_old_audit(self, retention_s: float, batch: int = 10_000) -> int:
-        """Delete the rows older than ``retention_s``, a batch per statement (no long lock,
-        no long transaction); how many went."""
-        total = 0
-        while True:
-            status = await self.db.execute(SQL.forget_old_audit, retention_s, batch)
-            deleted = int(status.split()[-1])
-            total += deleted
-            if deleted < batch:
-                return total
+        """Delete the rows older than ``retention_s``, a batch per statement; how many went."""
+        return await self.db.delete_in_batches(SQL.forget_old_audit, retention_s, batch=batch)
 
     async def audit(
         self,

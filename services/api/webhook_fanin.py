@@ -76,6 +76,7 @@ class WebhookFanIn:
         self._added = added
         self._none_until = 0.0  # monotonic time until which no webhook is assumed
         self.none_seen_at: float | None = None  # wall clock of the last read that found none
+        self._some_until = 0.0  # monotonic time until which "some webhook" is believed
 
     async def _enabled(self) -> list[Record]:
         if time.monotonic() < self._none_until and not self._added.is_set():
@@ -87,9 +88,14 @@ class WebhookFanIn:
             self.none_seen_at = time.time()
         else:
             self._none_until = 0.0
+            self._some_until = time.monotonic() + NO_WEBHOOKS_RECHECK_S
         return hooks
 
     async def has_webhooks(self) -> bool:
+        """Whether a webhook is enabled; "yes" is believed for ``NO_WEBHOOKS_RECHECK_S``
+        too (the three consumers' runners ask every second, the handler reads afresh)."""
+        if time.monotonic() < self._some_until:
+            return True
         return bool(await self._enabled())
 
     async def until_webhooks(self, present: bool) -> None:

@@ -178,6 +178,18 @@ class Database:
         async with self.pool.acquire() as conn:
             return await conn.execute(query, *args)
 
+    async def delete_in_batches(self, query: str, *args: Any, batch: int) -> int:
+        """Run ``query``, a DELETE of at most ``batch`` rows (its last parameter), until it
+        deletes fewer; how many rows went in all. A statement per batch: a retention sweep
+        holds no long lock and no long transaction."""
+        total = 0
+        while True:
+            status = await self.execute(query, *args, batch)
+            deleted = int(status.split()[-1])
+            total += deleted
+            if deleted < batch:
+                return total
+
 
 async def connect(settings: DatabaseSettings, *, attempts: int = 30) -> Database:
     """Open the pool, waiting (up to ``attempts`` seconds) for Postgres to come up.

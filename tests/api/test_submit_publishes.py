@@ -1,5 +1,5 @@
 """A submit's event leaves with the submit: the API publishes the row its one-statement
-submit committed itself, with no NOTIFY and no relay pass (shared/outbox.py)."""
+submit committed itself, with no NOTIFY and no relay pass (shared/outbox/)."""
 
 from __future__ import annotations
 

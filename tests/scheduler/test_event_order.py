@@ -1,6 +1,6 @@
 """A job's ``job.scheduled`` never reaches the stream before its ``job.submitted``.
 
-The scheduler publishes what its cycle commits as soon as it commits (shared/outbox.py),
+The scheduler publishes what its cycle commits as soon as it commits (shared/outbox/),
 but the cycle reads pending jobs from Postgres, not from the stream: a job submitted
 moments ago may be placed before the API has published its event. Such a decision goes
 through a relay pass instead, which publishes the partition's unsent rows in order.

@@ -16,7 +16,6 @@ from shared.db.pool import Database
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
 from shared.outbox import (
-    _RELAY_LOCK_CLASS,
     STAMP_AFTER_S,
     OutboxRelay,
     append,
@@ -26,6 +25,7 @@ from shared.outbox import (
     partition_of,
     publishing_on_commit,
 )
+from shared.outbox.relay import _RELAY_LOCK_CLASS
 from shared.settings import NatsSettings
 from tests.tracing import global_tracer_provider
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # closing the connection (tests/shared/test_outbox.py checks both ways out).
 ALLOWED = {
     "services/scheduler/leader.py": {"session advisory lock"},
-    "shared/outbox.py": {"LISTEN", "session advisory lock"},
+    "shared/outbox/relay.py": {"LISTEN", "session advisory lock"},
 }
 IN_PYTHON = {
     # (SQL keywords are upper case in Corral's code: "set" in a sentence is not a query)

@@ -1,46 +1,5 @@
-"""The transactional outbox and its relay.
-
-``append`` writes an event into ``corral.outbox`` on the caller's connection, inside
-the caller's transaction, so the state change and its event commit or vanish together.
-
-In a service, the process that commits the row publishes it too, at once: ``append``
-hands the event to the process's relay through ``after_commit`` (shared/db/pool.py), and
-the relay publishes it as soon as the transaction has committed, then stamps it sent
-(``OutboxRelay.publish_committed``). That is most of a job's events, each a hop of its
-life (submitted → scheduled → assigned → started → ...), and it saves each the wait for
-a NOTIFY and three round trips of a relay pass. Should that publish fail (NATS away) or
-the process die first, the row is still in the outbox, unsent, and the relays' poll
-publishes it.
-
-Without a relay in the context (tests, tools) or a ``commit_scope`` around the
-transaction, ``append`` ``NOTIFY``s the relays instead, which Postgres delivers only on
-commit; the payload names the row's partition, so the relay that hears it goes straight
-there. Every poll interval a relay counts every partition's unsent rows and relays the
-partitions that hold one a poll interval old (its NOTIFY was missed, its relay is gone,
-or its publish on commit failed): not the rows in flight.
-
-The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
-stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
-derived from their aggregate (usually the job id). A relay takes a partition with a
-session advisory lock, then reads that partition's unsent rows in id order, publishes
-them one after another, stopping at the first failure, and lets the lock go only once
-their stamp has committed. So any number of relays (one per service process) share the
-work, while the events of one job reach the stream in the order they were committed. A
-crash between publish and stamp re-publishes the row; JetStream's duplicate window
-drops it, and consumers are idempotent beyond that window.
-
-Ordering with publishing on commit: a process publishes what it commits in commit order
-(sent in that order on its one NATS connection, acks awaited together). Events of one
-job that different processes commit are ordered by the job's life itself (the launcher
-writes ``job.running`` only after it has consumed ``task.started``), except where a
-writer acts on what it read from Postgres: the scheduler may place a job whose
-``job.submitted`` is still on its way, so it passes ``follows_others`` for a job that
-became pending moments ago, and that event goes through a relay pass, after the job's
-unsent ones. While a process's publishes fail, its relay stops publishing on commit for
-a while and NOTIFYs instead, so rows left unsent go out in partition order with the
-ones after them (a failure amid a burst may still let a later event of the same job go
-first). Consumers must (and do) bear reordering anyway (DESIGN.md, rule 2).
-"""
+"""The outbox relay: publishes what its process commits as it commits it, and relays
+what that missed partition by partition (the package's docstring says how and why)."""
 
 from __future__ import annotations
 
@@ -48,39 +7,22 @@ import asyncio
 import contextlib
 import logging
 import math
-import zlib
-from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
-from functools import partial
+from collections.abc import Sequence
 from typing import Any
-
-import asyncpg
 
 from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
-from shared.db.pool import DATABASE_ERRORS, Connection, Database, after_commit, has_commit_scope
-from shared.events.envelope import Envelope
-from shared.metrics import (
-    EVENTS_PUBLISHED,
-    OUTBOX_LAG,
-    OUTBOX_OLDEST_UNSENT,
-    OUTBOX_UNSENT,
-    event_type_of,
-)
-from shared.telemetry import current_traceparent, send_span
+from shared.db.pool import DATABASE_ERRORS, Database
+from shared.metrics import OUTBOX_OLDEST_UNSENT, OUTBOX_UNSENT
+from shared.outbox.rows import OutboxRow, notify_channel
+from shared.outbox.sending import Outgoing, publish_in_order, publish_pipelined
 
 log = logging.getLogger(__name__)
 
-PARTITIONS = 16
 # How long after publishing a row on commit it is stamped sent: the stamps of all rows
 # published meanwhile go in one statement (under load, one per a dozen events instead of
 # one each). Well under the relays' poll interval, after which a row unsent is theirs.
 STAMP_AFTER_S = 0.05
-# How long after its commit an event published on commit has left, but for NATS trouble
-# (then the relays' poll, a second later, takes it): a writer acting on state it read
-# from Postgres younger than this passes ``follows_others`` to ``append``.
-PUBLISHED_WITHIN_S = 2.0
 # Class id of the partition advisory locks (the second key is the partition number).
 _RELAY_LOCK_CLASS = 0x0C0A
 
@@ -112,185 +54,6 @@ def _stamp_and_unlock(sent: Sequence[int], part: int) -> str:
         return unlock
     stamp = f"UPDATE corral.outbox SET sent_at = now() WHERE id = ANY('{{{ids}}}'::bigint[])"  # noqa: S608
     return f"BEGIN; {stamp}; COMMIT; {unlock}"
-
-
-def partition_of(aggregate: str) -> int:
-    return zlib.crc32(aggregate.encode()) % PARTITIONS
-
-
-def notify_channel(source: str) -> str:
-    """The NOTIFY channel of one event source (``corral/api`` → ``corral_outbox_api``).
-
-    Each service's relay wakes only for its own service's writes, so five relays do not
-    all race for every row; they still share every partition, and each polls anyway.
-    """
-    return "corral_outbox_" + source.rsplit("/", 1)[-1]
-
-
-OutboxRow = tuple[str, str, str, int, bytes, dict[str, str]]
-
-
-def outbox_row(event: Envelope, aggregate: str) -> OutboxRow:
-    """The values of ``event``'s outbox row, in the order of the table's columns
-    (event_id, subject, aggregate, part, payload, headers), stamped with the current
-    trace unless it carries one.
-
-    For ``append`` and ``append_many``, and for a statement that writes a state change
-    and its event at once (the API's submit: ``services/api/sql/jobs.sql``), which must
-    also ``pg_notify(notify_channel(event.source), part::text)``: the relay that hears
-    it publishes that partition without first counting every partition's rows."""
-    traceparent = event.traceparent or current_traceparent()
-    if traceparent and event.traceparent is None:
-        event = event.model_copy(update={"traceparent": traceparent})
-    headers = {"traceparent": traceparent} if traceparent else {}
-    return (
-        event.id,
-        event.nats_subject,
-        aggregate,
-        partition_of(aggregate),
-        event.model_dump_json().encode(),
-        headers,
-    )
-
-
-_INSERT = """INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-             VALUES ($1, $2, $3, $4, $5, $6)"""
-
-
-async def append(conn: Connection, event: Envelope, *, aggregate: str, follows_others: bool = False) -> None:
-    """Add ``event`` to the outbox in the caller's open transaction (not inside a
-    savepoint that may roll back alone: the event would be published all the same).
-
-    ``follows_others``: the event may follow one of the same aggregate that another
-    process committed moments ago and may not have published yet (the scheduler placing
-    a job it read from Postgres, whose ``job.submitted`` may still be on its way). It
-    then goes through a relay pass, which publishes the partition's unsent rows in id
-    order, that one included, instead of on commit (see ``PUBLISHED_WITHIN_S``)."""
-    if not conn.is_in_transaction():
-        raise RuntimeError("outbox.append must run inside the transaction of the state change")
-    row = outbox_row(event, aggregate)
-    relay = None if follows_others else _relay_on_commit(conn)
-    if relay is not None:
-        await conn.execute(_INSERT, *row)
-        # Registered once the row is in: a caller that swallowed a failed insert would
-        # otherwise publish an event its (aborted) transaction never wrote.
-        after_commit(conn, partial(relay.publish_committed, [row]))
-        return
-    # The row and its NOTIFY (naming its partition) in one statement: one round trip.
-    await conn.execute(
-        """WITH added AS (
-               INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-               VALUES ($1, $2, $3, $4, $5, $6) RETURNING part)
-           SELECT pg_notify($7, part::text) FROM added""",
-        *row,
-        notify_channel(event.source),
-    )
-
-
-async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) -> None:
-    """``append`` for many (event, aggregate) pairs: one statement, one notification."""
-    if not events:
-        return
-    if not conn.is_in_transaction():
-        raise RuntimeError("outbox.append_many must run inside the transaction of the state change")
-    rows = [outbox_row(event, aggregate) for event, aggregate in events]
-    await conn.executemany(_INSERT, rows)
-    relay = _relay_on_commit(conn)
-    if relay is not None:
-        after_commit(conn, partial(relay.publish_committed, rows))
-        return
-    parts_by_source: dict[str, set[int]] = {}
-    for row, (event, _) in zip(rows, events, strict=True):
-        parts_by_source.setdefault(event.source, set()).add(row[3])
-    for source, parts in parts_by_source.items():
-        await conn.execute(
-            "SELECT pg_notify($1, part::text) FROM unnest($2::int[]) AS part",
-            notify_channel(source),
-            sorted(parts),
-        )
-
-
-# This process's relay, which publishes the events its transactions commit (set by
-# ``shared.service`` for a service's lifetime; unset, ``append`` NOTIFYs the relays).
-_RELAY: ContextVar[OutboxRelay | None] = ContextVar("corral_outbox_relay", default=None)
-
-
-@contextlib.contextmanager
-def publishing_on_commit(relay: OutboxRelay) -> Iterator[None]:
-    """Within this block (and the tasks started in it), ``relay`` publishes the events
-    of each transaction as soon as it commits; the relay must be running."""
-    token = _RELAY.set(relay)
-    try:
-        yield
-    finally:
-        _RELAY.reset(token)
-
-
-def _relay_on_commit(conn: Connection) -> OutboxRelay | None:
-    """The relay that will publish what ``conn``'s transaction appends once it commits,
-    if there is one (a running relay in this context, a ``commit_scope`` around it)."""
-    relay = _RELAY.get()
-    if relay is None or not relay.publishing_on_commit or not has_commit_scope(conn):
-        return None
-    return relay
-
-
-def statement_notify_channel(source: str) -> str | None:
-    """For a statement that writes an outbox row on its own (committed when it returns):
-    the channel to NOTIFY, or None when this process publishes the row itself, which
-    ``committed_by_statement`` then hands it to."""
-    relay = _RELAY.get()
-    return None if relay is not None and relay.publishing_on_commit else notify_channel(source)
-
-
-def committed_by_statement(rows: list[OutboxRow]) -> None:
-    """Publish rows a statement has committed (see ``statement_notify_channel``)."""
-    relay = _RELAY.get()
-    if relay is not None:
-        relay.publish_committed(rows)
-
-
-async def change_with_event(
-    db: Database, change: str, args: Sequence[Any], event: Envelope, *, aggregate: str
-) -> asyncpg.Record | None:
-    """Run ``change`` — one data-modifying statement that RETURNs a row when it changed
-    something — and, only if it did, add ``event`` to the outbox: both in one statement,
-    so atomic without a transaction's BEGIN and COMMIT (two of the four round trips of a
-    change and its event). The change's row, or None when it changed nothing (and no
-    event was written). The event is published on commit by this process's relay, as
-    ``append``'s are, or else NOTIFYs the relays."""
-    n = len(args)
-    change = change.strip().rstrip(";")
-    row = outbox_row(event, aggregate)
-    channel = statement_notify_channel(event.source)
-    # Only the caller's own statement (SQL text from a .sql file, never input) and
-    # parameter numbers are formatted in; every value is a parameter.
-    statement = f"""
-        WITH changed AS ({change}),
-        event AS (
-            INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-            SELECT ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, ${n + 6} FROM changed LIMIT 1
-            RETURNING part)
-        SELECT changed.* FROM changed,
-            (SELECT count(pg_notify(${n + 7}, part::text)) FROM event
-             WHERE ${n + 7}::text IS NOT NULL) AS notified"""  # noqa: S608
-    result = await db.fetchrow(statement, *args, *row, channel)
-    if result is not None and channel is None:
-        committed_by_statement([row])
-    return result
-
-
-@dataclass(frozen=True)
-class _Outgoing:
-    """One row to publish: ``key`` is what its stamp names (the row id from a claim, the
-    event id when published on commit, whose insert returned no id)."""
-
-    key: int | str
-    event_id: str
-    subject: str
-    payload: bytes
-    headers: dict[str, str]
-    age_s: float
 
 
 class OutboxRelay:
@@ -369,10 +132,10 @@ class OutboxRelay:
         batch, self._committed = self._committed, []
         now = asyncio.get_running_loop().time()
         outgoing = [
-            _Outgoing(row[0], row[0], row[1], row[4], row[5], now - committed_at)
+            Outgoing(row[0], row[0], row[1], row[4], row[5], now - committed_at)
             for row, committed_at in batch
         ]
-        sent = await _publish_pipelined(self._bus, outgoing)
+        sent = await publish_pipelined(self._bus, outgoing)
         self.published += len(sent)
         self._unstamped.extend(str(key) for key in sent)
         if len(sent) < len(outgoing):
@@ -527,7 +290,7 @@ class OutboxRelay:
                     let_go = True  # nothing left; the claim gave the lock back itself
                     return 0
                 outgoing = [
-                    _Outgoing(
+                    Outgoing(
                         row["id"],
                         row["event_id"],
                         row["subject"],
@@ -537,7 +300,7 @@ class OutboxRelay:
                     )
                     for row in rows
                 ]
-                sent = [int(key) for key in await _publish(self._bus, outgoing)]
+                sent = [int(key) for key in await publish_in_order(self._bus, outgoing)]
                 await conn.execute(_stamp_and_unlock(sent, part))
                 let_go = True
             finally:
@@ -553,52 +316,3 @@ class OutboxRelay:
             "DELETE FROM corral.outbox WHERE sent_at < now() - make_interval(secs => $1) RETURNING id",
             self._retention_s,
         )
-
-
-async def _publish(bus: Bus, rows: Sequence[_Outgoing]) -> list[int | str]:
-    """Publish rows in order, stopping at the first failure; the keys of those sent."""
-    sent: list[int | str] = []
-    try:
-        for row in rows:
-            with send_span(row.subject, row.event_id, row.headers) as headers:
-                await bus.publish(row.subject, row.payload, msg_id=row.event_id, headers=headers)
-            sent.append(row.key)
-            EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
-            OUTBOX_LAG.observe(row.age_s)
-    except Exception:
-        raise_if_cancelling()
-        # Keep order: stop at the first failure, stamp what got through, retry later.
-        log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
-    return sent
-
-
-async def _publish_pipelined(bus: Bus, rows: Sequence[_Outgoing], window: int = 128) -> list[int | str]:
-    """Publish rows up to ``window`` at a time without waiting for each one's ack before
-    sending the next (they leave in order on the one connection); the keys of those acked.
-
-    For the rows published on commit: a burst (a thousand submits in a second) published
-    one ack at a time had left rows a second old, which every relay's poll then took."""
-    if len(rows) == 1:
-        return await _publish(bus, rows)
-    sent: list[int | str] = []
-    for start in range(0, len(rows), window):
-        chunk = rows[start : start + window]
-        acked = await asyncio.gather(*(_publish_one(bus, row) for row in chunk))
-        sent.extend(row.key for row, ok in zip(chunk, acked, strict=True) if ok)
-        if not all(acked):
-            log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows))
-            break
-    return sent
-
-
-async def _publish_one(bus: Bus, row: _Outgoing) -> bool:
-    try:
-        with send_span(row.subject, row.event_id, row.headers) as headers:
-            await bus.publish(row.subject, row.payload, msg_id=row.event_id, headers=headers)
-    except Exception:
-        raise_if_cancelling()
-        log.debug("outbox publish of %s failed", row.event_id, exc_info=True)
-        return False
-    EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
-    OUTBOX_LAG.observe(row.age_s)
-    return True

@@ -1,0 +1,145 @@
+"""Writing events into the outbox, in the caller's transaction or in the change's own
+statement, and handing them to this process's relay to publish once committed."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from functools import partial
+from typing import Any
+
+import asyncpg
+
+from shared.db.pool import Connection, Database, after_commit, has_commit_scope
+from shared.events.envelope import Envelope
+from shared.outbox.relay import OutboxRelay
+from shared.outbox.rows import INSERT, OutboxRow, notify_channel, outbox_row
+
+# How long after its commit an event published on commit has left, but for NATS trouble
+# (then the relays' poll, a second later, takes it): a writer acting on state it read
+# from Postgres younger than this passes ``follows_others`` to ``append``.
+PUBLISHED_WITHIN_S = 2.0
+
+
+async def append(conn: Connection, event: Envelope, *, aggregate: str, follows_others: bool = False) -> None:
+    """Add ``event`` to the outbox in the caller's open transaction (not inside a
+    savepoint that may roll back alone: the event would be published all the same).
+
+    ``follows_others``: the event may follow one of the same aggregate that another
+    process committed moments ago and may not have published yet (the scheduler placing
+    a job it read from Postgres, whose ``job.submitted`` may still be on its way). It
+    then goes through a relay pass, which publishes the partition's unsent rows in id
+    order, that one included, instead of on commit (see ``PUBLISHED_WITHIN_S``)."""
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.append must run inside the transaction of the state change")
+    row = outbox_row(event, aggregate)
+    relay = None if follows_others else _relay_on_commit(conn)
+    if relay is not None:
+        await conn.execute(INSERT, *row)
+        # Registered once the row is in: a caller that swallowed a failed insert would
+        # otherwise publish an event its (aborted) transaction never wrote.
+        after_commit(conn, partial(relay.publish_committed, [row]))
+        return
+    # The row and its NOTIFY (naming its partition) in one statement: one round trip.
+    await conn.execute(
+        """WITH added AS (
+               INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+               VALUES ($1, $2, $3, $4, $5, $6) RETURNING part)
+           SELECT pg_notify($7, part::text) FROM added""",
+        *row,
+        notify_channel(event.source),
+    )
+
+
+async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) -> None:
+    """``append`` for many (event, aggregate) pairs: one statement, one notification."""
+    if not events:
+        return
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.append_many must run inside the transaction of the state change")
+    rows = [outbox_row(event, aggregate) for event, aggregate in events]
+    await conn.executemany(INSERT, rows)
+    relay = _relay_on_commit(conn)
+    if relay is not None:
+        after_commit(conn, partial(relay.publish_committed, rows))
+        return
+    parts_by_source: dict[str, set[int]] = {}
+    for row, (event, _) in zip(rows, events, strict=True):
+        parts_by_source.setdefault(event.source, set()).add(row[3])
+    for source, parts in parts_by_source.items():
+        await conn.execute(
+            "SELECT pg_notify($1, part::text) FROM unnest($2::int[]) AS part",
+            notify_channel(source),
+            sorted(parts),
+        )
+
+
+# This process's relay, which publishes the events its transactions commit (set by
+# ``shared.service`` for a service's lifetime; unset, ``append`` NOTIFYs the relays).
+_RELAY: ContextVar[OutboxRelay | None] = ContextVar("corral_outbox_relay", default=None)
+
+
+@contextlib.contextmanager
+def publishing_on_commit(relay: OutboxRelay) -> Iterator[None]:
+    """Within this block (and the tasks started in it), ``relay`` publishes the events
+    of each transaction as soon as it commits; the relay must be running."""
+    token = _RELAY.set(relay)
+    try:
+        yield
+    finally:
+        _RELAY.reset(token)
+
+
+def _relay_on_commit(conn: Connection) -> OutboxRelay | None:
+    """The relay that will publish what ``conn``'s transaction appends once it commits,
+    if there is one (a running relay in this context, a ``commit_scope`` around it)."""
+    relay = _RELAY.get()
+    if relay is None or not relay.publishing_on_commit or not has_commit_scope(conn):
+        return None
+    return relay
+
+
+def statement_notify_channel(source: str) -> str | None:
+    """For a statement that writes an outbox row on its own (committed when it returns):
+    the channel to NOTIFY, or None when this process publishes the row itself, which
+    ``committed_by_statement`` then hands it to."""
+    relay = _RELAY.get()
+    return None if relay is not None and relay.publishing_on_commit else notify_channel(source)
+
+
+def committed_by_statement(rows: list[OutboxRow]) -> None:
+    """Publish rows a statement has committed (see ``statement_notify_channel``)."""
+    relay = _RELAY.get()
+    if relay is not None:
+        relay.publish_committed(rows)
+
+
+async def change_with_event(
+    db: Database, change: str, args: Sequence[Any], event: Envelope, *, aggregate: str
+) -> asyncpg.Record | None:
+    """Run ``change`` — one data-modifying statement that RETURNs a row when it changed
+    something — and, only if it did, add ``event`` to the outbox: both in one statement,
+    so atomic without a transaction's BEGIN and COMMIT (two of the four round trips of a
+    change and its event). The change's row, or None when it changed nothing (and no
+    event was written). The event is published on commit by this process's relay, as
+    ``append``'s are, or else NOTIFYs the relays."""
+    n = len(args)
+    change = change.strip().rstrip(";")
+    row = outbox_row(event, aggregate)
+    channel = statement_notify_channel(event.source)
+    # Only the caller's own statement (SQL text from a .sql file, never input) and
+    # parameter numbers are formatted in; every value is a parameter.
+    statement = f"""
+        WITH changed AS ({change}),
+        event AS (
+            INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+            SELECT ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, ${n + 6} FROM changed LIMIT 1
+            RETURNING part)
+        SELECT changed.* FROM changed,
+            (SELECT count(pg_notify(${n + 7}, part::text)) FROM event
+             WHERE ${n + 7}::text IS NOT NULL) AS notified"""  # noqa: S608
+    result = await db.fetchrow(statement, *args, *row, channel)
+    if result is not None and channel is None:
+        committed_by_statement([row])
+    return result
