@@ -17,7 +17,6 @@ from shared.events import (
     JobPreemptRequested,
     JobScheduled,
     TaskExited,
-    TaskStarted,
 )
 from shared.idempotency import first_time
 
@@ -28,7 +27,6 @@ CONSUMER = ConsumerConfig(
         "corral.job.scheduled.>",
         "corral.job.cancel_requested.>",
         "corral.job.preempt_requested.>",
-        "corral.task.started.>",
         "corral.task.exited.>",
     ),
 )
@@ -45,8 +43,6 @@ class LauncherHandlers:
             match event:
                 case JobScheduled(data=data):
                     await repository.create_attempts(conn, data.job_id, data.generation)
-                case TaskStarted(data=data):
-                    await repository.mark_running(conn, data.job_id)
                 case TaskExited(data=data):
                     metrics.TASK_EXITS.labels(data.classification).inc()
                     await repository.evaluate_job(conn, data.job_id)

@@ -1,7 +1,9 @@
 """The launcher's Prometheus metrics (served on its health port with the shared ones).
 
-Recorded where the launcher changes a job's state, so each is counted once per change
-(the handlers' idempotency record makes a redelivered event change nothing).
+Recorded where a job's state changes, so each is counted once per change (the
+handlers' idempotency record makes a redelivered event change nothing). The two
+latencies end when a job's first task runs: a node agent (or, on Kubernetes, the
+launcher's runner) records that, so they are served by the agents' health ports.
 """
 
 from __future__ import annotations

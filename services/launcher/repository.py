@@ -171,16 +171,6 @@ async def _transition(
     job["state"] = to
 
 
-async def mark_running(conn: Connection, job_id: str) -> bool:
-    job = await _lock_job(conn, job_id)
-    if job is None or job["state"] != JobState.SCHEDULED:
-        return False
-    await _transition(conn, job, JobState.RUNNING)
-    metrics.LAUNCH_LATENCY.observe(float(job["in_state_s"]))
-    metrics.JOB_START_LATENCY.observe(float(job["age_s"]))
-    return True
-
-
 async def _attempts(conn: Connection, job: dict[str, Any]) -> list[AttemptOutcome]:
     rows = await conn.fetch(SQL.attempts_of_generation, job["id"], job["generation"])
     return [
@@ -246,9 +236,10 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
     its remaining tasks and becomes final only once every attempt has ended. A failure
     is retried when the exit-code table says so (``transient``: always, not counted;
     ``unknown``: up to ``retry.max_retries``, counted), with exponential backoff, by
-    putting the job back to PENDING; otherwise the job FAILS. A job that ends without
-    its RUNNING transition having been seen (a very short task) passes through RUNNING
-    first, so the published lifecycle is always complete and in order.
+    putting the job back to PENDING; otherwise the job FAILS. A job that ends before any
+    of its tasks ran (none could start, or its node was lost while starting: the first
+    to run makes it RUNNING, ``reporting.report_started``) passes through RUNNING first,
+    so the published lifecycle is always complete and in order.
     """
     job = await _lock_job(conn, job_id)
     if job is None or job["state"] not in (JobState.SCHEDULED, JobState.RUNNING):
@@ -389,14 +380,12 @@ async def reconcile(db: Database, lease_s: float = 15.0) -> dict[str, int]:
     and skipped: one bad job must not stop the launcher from repairing all the others.
     """
     repaired = {"attempts_lost": await declare_lost_nodes(db, lease_s)}
-    repaired |= {"attempts_created": 0, "marked_running": 0, "jobs_decided": 0, "failed": 0}
+    repaired |= {"attempts_created": 0, "jobs_decided": 0, "failed": 0}
     repairs: list[tuple[str, str, Callable[[Connection], Awaitable[int]]]] = []
     for row in await db.fetch(SQL.scheduled_jobs_without_attempts):
         repairs.append(
             ("attempts_created", row["id"], partial(_create, job_id=row["id"], generation=row["generation"]))
         )
-    for row in await db.fetch(SQL.running_jobs_still_scheduled):
-        repairs.append(("marked_running", row["id"], partial(_running, job_id=row["id"])))
     for row in await db.fetch(SQL.active_jobs_to_evaluate):
         repairs.append(("jobs_decided", row["id"], partial(_decide, job_id=row["id"])))
     for kind, job_id, repair in repairs:
@@ -414,10 +403,6 @@ async def reconcile(db: Database, lease_s: float = 15.0) -> dict[str, int]:
 
 async def _create(conn: Connection, *, job_id: str, generation: int) -> int:
     return await create_attempts(conn, job_id, generation)
-
-
-async def _running(conn: Connection, *, job_id: str) -> int:
-    return int(await mark_running(conn, job_id))
 
 
 async def _decide(conn: Connection, *, job_id: str) -> int:

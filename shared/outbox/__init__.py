@@ -32,7 +32,7 @@ drops it, and consumers are idempotent beyond that window.
 Ordering with publishing on commit: a process publishes what it commits in commit order
 (sent in that order on its one NATS connection, acks awaited together). Events of one
 job that different processes commit are ordered by the job's life itself (the launcher
-writes ``job.running`` only after it has consumed ``task.started``), except where a
+writes ``job.succeeded`` only after it has consumed ``task.exited``), except where a
 writer acts on what it read from Postgres: the scheduler may place a job whose
 ``job.submitted`` is still on its way, so it passes ``follows_others`` for a job that
 became pending moments ago, and that event goes through a relay pass, after the job's
@@ -50,6 +50,7 @@ from shared.outbox.relay import STAMP_AFTER_S, OutboxRelay
 from shared.outbox.rows import PARTITIONS, OutboxRow, notify_channel, outbox_row, partition_of
 from shared.outbox.writing import (
     PUBLISHED_WITHIN_S,
+    Consequence,
     append,
     append_many,
     change_with_event,
@@ -62,6 +63,7 @@ __all__ = [
     "PARTITIONS",
     "PUBLISHED_WITHIN_S",
     "STAMP_AFTER_S",
+    "Consequence",
     "OutboxRelay",
     "OutboxRow",
     "append",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
-from functools import partial
+from dataclasses import dataclass
+from functools import lru_cache, partial
 from typing import Any
 
 import asyncpg
@@ -115,31 +116,81 @@ def committed_by_statement(rows: list[OutboxRow]) -> None:
         relay.publish_committed(rows)
 
 
+@dataclass(frozen=True)
+class Consequence:
+    """A second change that follows from the first in ``change_with_event``'s statement:
+    ``sql`` is one data-modifying statement that reads the first change's row from the
+    CTE ``changed`` (e.g. ``UPDATE ... FROM changed ...``) and RETURNs a row when it
+    changed something; ``event`` is written then, and only then, after the first's."""
+
+    sql: str
+    event: Envelope
+
+
 async def change_with_event(
-    db: Database, change: str, args: Sequence[Any], event: Envelope, *, aggregate: str
+    db: Database,
+    change: str,
+    args: Sequence[Any],
+    event: Envelope,
+    *,
+    aggregate: str,
+    then: Consequence | None = None,
 ) -> asyncpg.Record | None:
     """Run ``change`` — one data-modifying statement that RETURNs a row when it changed
     something — and, only if it did, add ``event`` to the outbox: both in one statement,
     so atomic without a transaction's BEGIN and COMMIT (two of the four round trips of a
     change and its event). The change's row, or None when it changed nothing (and no
-    event was written). The event is published on commit by this process's relay, as
-    ``append``'s are, or else NOTIFYs the relays."""
-    n = len(args)
-    change = change.strip().rstrip(";")
-    row = outbox_row(event, aggregate)
+    event was written). The events are published on commit by this process's relay, as
+    ``append``'s are, or else NOTIFY the relays.
+
+    ``then``: a consequence of the change in the same statement, with its own event
+    (the agent's "task started" also makes its job RUNNING). The returned row then
+    also holds the consequence's columns (NULLs when it changed nothing) and
+    ``consequence_rows``, how many rows it changed."""
+    rows = [outbox_row(event, aggregate)]
+    if then is not None:
+        rows.append(outbox_row(then.event, aggregate))
     channel = statement_notify_channel(event.source)
-    # Only the caller's own statement (SQL text from a .sql file, never input) and
-    # parameter numbers are formatted in; every value is a parameter.
-    statement = f"""
-        WITH changed AS ({change}),
+    statement = change_with_event_statement(change, then.sql if then else None, len(args))
+    params = [value for row in rows for value in row]
+    result = await db.fetchrow(statement, *args, *params, channel)
+    if result is not None and channel is None:
+        followed = then is not None and result["consequence_rows"] > 0
+        committed_by_statement(rows if followed else rows[:1])
+    return result
+
+
+@lru_cache(maxsize=64)
+def change_with_event_statement(change: str, consequence: str | None, n: int) -> str:
+    """``change_with_event``'s statement, for a change taking ``n`` parameters: then six
+    per event (an outbox row's values), then the NOTIFY channel (NULL: none).
+
+    One SELECT per event, each from (at most one row of) the change it follows; the
+    ORDER BY gives them ids, hence publishing order, in that order. Only the caller's own
+    statements (SQL text from a .sql file, never input) and parameter numbers are
+    formatted in; every value is a parameter."""
+    sources = ["changed"] if consequence is None else ["changed", "consequence"]
+    selects = " UNION ALL ".join(
+        f"SELECT {i} AS n, ${n + 6 * i + 1}::text AS event_id, ${n + 6 * i + 2}::text AS subject,"  # noqa: S608
+        f" ${n + 6 * i + 3}::text AS aggregate, ${n + 6 * i + 4}::smallint AS part,"
+        f" ${n + 6 * i + 5}::bytea AS payload, ${n + 6 * i + 6}::jsonb AS headers"
+        f" FROM (SELECT FROM {source} LIMIT 1) AS {source}_row"
+        for i, source in enumerate(sources)
+    )
+    channel = n + 6 * len(sources) + 1
+    if consequence is None:
+        also, columns, joined = "", "changed.*", "changed"
+    else:
+        also = f"consequence AS ({consequence.strip().rstrip(';')}),"
+        columns = "changed.*, consequence.*, (SELECT count(*) FROM consequence) AS consequence_rows"
+        joined = "changed LEFT JOIN consequence ON true"
+    return f"""
+        WITH changed AS ({change.strip().rstrip(";")}), {also}
         event AS (
             INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
-            SELECT ${n + 1}, ${n + 2}, ${n + 3}, ${n + 4}, ${n + 5}, ${n + 6} FROM changed LIMIT 1
+            SELECT e.event_id, e.subject, e.aggregate, e.part, e.payload, e.headers
+            FROM ({selects}) AS e ORDER BY e.n
             RETURNING part)
-        SELECT changed.* FROM changed,
-            (SELECT count(pg_notify(${n + 7}, part::text)) FROM event
-             WHERE ${n + 7}::text IS NOT NULL) AS notified"""  # noqa: S608
-    result = await db.fetchrow(statement, *args, *row, channel)
-    if result is not None and channel is None:
-        committed_by_statement([row])
-    return result
+        SELECT {columns} FROM {joined},
+            (SELECT count(pg_notify(${channel}, part::text)) FROM event
+             WHERE ${channel}::text IS NOT NULL) AS notified"""  # noqa: S608

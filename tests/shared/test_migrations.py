@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import asyncpg
@@ -10,6 +11,7 @@ import pytest
 from shared.db.migrations import apply_migrations, migration_files
 from shared.db.pool import Database, connect
 from shared.db.queries import Queries
+from shared.outbox.writing import change_with_event_statement
 from shared.settings import DatabaseSettings
 from tests.infra import PostgresServer, unique_name
 from tests.schema_snapshot import SNAPSHOT, migrated_schema
@@ -64,8 +66,17 @@ async def test_every_named_query_is_valid_sql_for_the_schema(db: Database, direc
     assert queries.names()
     async with db.connection() as conn:
         for name in queries.names():
+            sql = getattr(queries, name)
+            if follows := re.search(r"^-- consequence of: (\w+)$", sql, re.MULTILINE):
+                # A Consequence reads its change's CTE: prepare the statement that runs it.
+                change = getattr(queries, follows[1])
+                sql = change_with_event_statement(change, sql, _params(change))
             # Preparing parses and plans the statement against the real schema.
-            await conn.prepare(getattr(queries, name))
+            await conn.prepare(sql)
+
+
+def _params(sql: str) -> int:
+    return max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
 
 
 def test_a_query_defined_twice_is_an_error(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
 from shared.outbox import (
     STAMP_AFTER_S,
+    Consequence,
     OutboxRelay,
     append,
     append_many,
@@ -443,3 +444,40 @@ async def test_a_change_and_its_event_are_one_statement_and_no_change_writes_no_
     assert relay.published == 1  # on commit: its own relay, no pass (its poll is 30 s away)
     names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await _stream_messages(bus)]
     assert names == ["step", "done"]
+
+
+async def test_a_consequence_and_its_event_follow_the_change_only_when_it_changed_something(
+    db: Database, bus: NatsBus
+) -> None:
+    await db.execute("CREATE TABLE parts (id text PRIMARY KEY, whole text NOT NULL, state text NOT NULL)")
+    await db.execute("CREATE TABLE wholes (id text PRIMARY KEY, state text NOT NULL)")
+    await db.execute("INSERT INTO wholes VALUES ('w', 'WAITING')")
+    await db.execute("INSERT INTO parts VALUES ('p1', 'w', 'NEW'), ('p2', 'w', 'NEW')")
+    start = "UPDATE parts SET state = 'STARTED' WHERE id = $1 AND state = 'NEW' RETURNING whole"
+    whole_started = Consequence(
+        "UPDATE wholes w SET state = 'STARTED' FROM changed c WHERE w.id = c.whole AND w.state = 'WAITING'"
+        " RETURNING w.state AS whole_state",
+        _event("job-w", "whole started"),
+    )
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)
+    async with _running(relay):
+        first = await change_with_event(
+            db, start, ("p1",), _event("job-w", "p1 started"), aggregate="job-w", then=whole_started
+        )
+        assert first is not None
+        assert (first["whole"], first["whole_state"], first["consequence_rows"]) == ("w", "STARTED", 1)
+        # The second part changes, the whole does not again: its event only.
+        second = await change_with_event(
+            db, start, ("p2",), _event("job-w", "p2 started"), aggregate="job-w", then=whole_started
+        )
+        assert second is not None
+        assert (second["whole_state"], second["consequence_rows"]) == (None, 0)
+        # No change at all: no consequence either, and no event.
+        again = await change_with_event(
+            db, start, ("p2",), _event("job-w", "p2 again"), aggregate="job-w", then=whole_started
+        )
+        assert again is None
+        await _until(lambda: relay.published == 3)
+    assert relay.published == 3  # on commit, each of them
+    names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await _stream_messages(bus)]
+    assert names == ["p1 started", "whole started", "p2 started"]

@@ -50,6 +50,7 @@ class Task:
 
     attempt_id: str
     job_id: str = ""
+    generation: int = 0
     files: TaskFiles | None = None
     log_path: Path | None = None
     rules: tuple[ExitRule, ...] = ()
@@ -154,7 +155,7 @@ class NodeAgent:
 
     async def _spawn(self, task: Task, row: dict[str, Any], peers: list[Peer]) -> bool:
         spec = JobSpec.model_validate(row["spec"])
-        task.job_id = row["job_id"]
+        task.job_id, task.generation = row["job_id"], row["generation"]
         task.rules = tuple(spec.retry.rules)
         role, index = row["task_role"], row["task_index"]
         task.log_path = self._log_dir / task.job_id / f"{role}-{index}" / f"attempt-{row['attempt_no']}.log"
@@ -196,6 +197,7 @@ class NodeAgent:
             SOURCE,
             attempt_id=task.attempt_id,
             job_id=task.job_id,
+            generation=task.generation,
             node_id=self.node_id,
             pid=task.pid,
             pid_start_ticks=ticks,
@@ -336,6 +338,7 @@ class NodeAgent:
             task = Task(
                 attempt_id,
                 job_id=row["job_id"],
+                generation=row["generation"],
                 files=TaskFiles.for_attempt(self._state_dir, attempt_id),
                 log_path=Path(row["log_path"]) if row["log_path"] else None,
                 rules=tuple(spec.retry.rules),

@@ -173,6 +173,7 @@ class KubernetesRunner:
             SOURCE,
             attempt_id=attempt_id,
             job_id=row["job_id"],
+            generation=row["generation"],
             node_id=row["node_id"],
             pid=None,
             pid_start_ticks=None,

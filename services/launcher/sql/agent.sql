@@ -20,10 +20,29 @@ RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no,
            FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation) AS peers;
 
 -- name: mark_attempt_running
-UPDATE launcher.attempts
+-- The job's row is locked first (the subquery's lock is taken before the attempt's row
+-- is updated): the launcher locks a job, then its attempts (a cancel's stop requests),
+-- and the consequence below updates the job. Attempt first, job second would let the
+-- two deadlock.
+UPDATE launcher.attempts a
 SET state = 'RUNNING', pid = $3, pid_start_ticks = $4, log_path = COALESCE($5, log_path), started_at = now()
-WHERE id = $1 AND node_id = $2 AND state = 'STARTING'
-RETURNING job_id;
+FROM (SELECT j.id FROM api.jobs j JOIN launcher.attempts x ON x.job_id = j.id
+      WHERE x.id = $1 FOR NO KEY UPDATE OF j) AS locked
+WHERE a.id = $1 AND a.node_id = $2 AND a.state = 'STARTING' AND a.job_id = locked.id
+RETURNING a.job_id, a.generation;
+
+-- name: job_running_with_its_first_task
+-- consequence of: mark_attempt_running
+-- In that statement (shared.outbox.Consequence: "changed" is the attempt it marked):
+-- the job's first task to run makes the job RUNNING, in the same
+-- commit, so no reader sees a running task of a job still SCHEDULED. "before" is the
+-- job's row as the statement found it: how long it was SCHEDULED, and its age, for the
+-- launch latency metrics.
+UPDATE api.jobs j SET state = 'RUNNING', version = j.version + 1, updated_at = now()
+FROM changed a, api.jobs before
+WHERE j.id = a.job_id AND j.generation = a.generation AND j.state = 'SCHEDULED' AND before.id = j.id
+RETURNING extract(epoch FROM clock_timestamp() - before.updated_at) AS in_state_s,
+          extract(epoch FROM clock_timestamp() - before.created_at) AS age_s;
 
 -- name: mark_attempt_exited
 UPDATE launcher.attempts
@@ -32,7 +51,7 @@ WHERE id = $1 AND node_id = $2 AND state IN ('STARTING', 'RUNNING')
 RETURNING job_id;
 
 -- name: live_attempts_on_node
-SELECT a.id, a.job_id, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role, a.task_index,
+SELECT a.id, a.job_id, a.generation, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role, a.task_index,
        a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec
 FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.node_id = $1 AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');

@@ -14,7 +14,7 @@ WHERE a.node_id = ANY($1::text[]) AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNI
 -- name: attempt_for_report
 -- What reporting an attempt's pod needs: its node (fencing), its job's rules, and where
 -- its log goes (the node agent's layout: job, task, attempt number).
-SELECT a.node_id, a.job_id, a.state, a.stop_reason, a.stop_platform, j.spec,
+SELECT a.node_id, a.job_id, a.generation, a.state, a.stop_reason, a.stop_platform, j.spec,
        a.task_role, a.task_index, a.attempt_no, a.log_path
 FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.id = $1;

@@ -1,7 +1,5 @@
 -- name: lock_job
 SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
-       extract(epoch FROM clock_timestamp() - j.updated_at) AS in_state_s,
-       extract(epoch FROM clock_timestamp() - j.created_at) AS age_s,
        (SELECT p.reason FROM scheduler.preemptions p
         WHERE p.job_id = j.id AND p.generation = j.generation) AS preempt_reason
 FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
@@ -69,11 +67,6 @@ WHERE j.state IN ('SCHEDULED', 'RUNNING')
        OR EXISTS (SELECT 1 FROM scheduler.preemptions p WHERE p.job_id = j.id AND p.generation = j.generation)
        OR EXISTS (SELECT 1 FROM launcher.attempts a WHERE a.job_id = j.id AND a.generation = j.generation
                   AND a.state IN ('EXITED', 'LOST')));
-
--- name: running_jobs_still_scheduled
-SELECT DISTINCT j.id FROM api.jobs j JOIN launcher.attempts a
-  ON a.job_id = j.id AND a.generation = j.generation
-WHERE j.state = 'SCHEDULED' AND a.state IN ('RUNNING', 'EXITED');
 
 -- name: declare_lost_agents
 -- Agents whose lease ran out: fence them (new epoch) and say when they were lost. Not in
