@@ -14,7 +14,7 @@ every job has ended, and prints one JSON line:
   1000 jobs compete for 8 GPUs and most of it is queueing;
 - ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client;
 - ``cpu_ms_per_job``: CPU each service process (the agent with the tasks it ran) and
-  Postgres spent per job during the throughput run (NATS is not counted).
+  Postgres and NATS spent per job during the throughput run.
 
 ``--statements N`` loads pg_stat_statements into the private Postgres and prints (to
 stderr) the N statements that took Postgres longest during the throughput run, with

@@ -76,13 +76,28 @@ class BenchStack:
 
     def cpu_by_process(self) -> dict[str, float]:
         """CPU seconds so far of each service process (with the tasks it ran and reaped:
-        the agent's) and of Postgres; compare two reads."""
+        the agent's), of Postgres and of NATS; compare two reads."""
         used = {
             pid_file.stem: cpu_s(int(pid_file.read_text().split()[0]), with_reaped_children=True)
             for pid_file in sorted((self.home / "run").glob("*.pid"))
         }
         used["postgres"] = tree_cpu_s(self.postmaster_pid())
+        nats = self.nats_pid()
+        if nats is not None:
+            used["nats"] = cpu_s(nats)
         return used
+
+    def nats_pid(self) -> int | None:
+        """The embedded NATS server: the supervisor's ``nats-server`` child."""
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    name, rest = (entry / "stat").read_text().split(" (", 1)[1].rsplit(")", 1)
+                    if name == "nats-server" and int(rest.split()[1]) == self.process.pid:
+                        return int(entry.name)
+                except (OSError, IndexError, ValueError):
+                    continue  # gone meanwhile
+        return None
 
     def wait_for_gpus(self, gpus: int, timeout_s: float = 60.0) -> None:
         """Until a node with ``gpus`` GPUs is READY and takes work. Every service answers

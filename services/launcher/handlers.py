@@ -1,4 +1,6 @@
-"""Event handlers of the launcher service.
+"""Event handlers of the launcher service: a placement becomes attempts; a cancel or a
+preemption request stops them. (What a task's start and end mean for its job is acted
+on by whoever reports them, node agent or Kubernetes runner: ``reporting.py``.)
 
 Each runs in one transaction that first records the event as processed
 (``shared.idempotency.first_time``), so redeliveries do nothing and a rolled-back
@@ -7,7 +9,7 @@ handler leaves no trace.
 
 from __future__ import annotations
 
-from services.launcher import metrics, repository
+from services.launcher import repository
 from shared.bus import ConsumerConfig
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
@@ -16,7 +18,6 @@ from shared.events import (
     JobCancelRequested,
     JobPreemptRequested,
     JobScheduled,
-    TaskExited,
 )
 from shared.idempotency import first_time
 
@@ -27,7 +28,6 @@ CONSUMER = ConsumerConfig(
         "corral.job.scheduled.>",
         "corral.job.cancel_requested.>",
         "corral.job.preempt_requested.>",
-        "corral.task.exited.>",
     ),
 )
 
@@ -43,9 +43,6 @@ class LauncherHandlers:
             match event:
                 case JobScheduled(data=data):
                     await repository.create_attempts(conn, data.job_id, data.generation)
-                case TaskExited(data=data):
-                    metrics.TASK_EXITS.labels(data.classification).inc()
-                    await repository.evaluate_job(conn, data.job_id)
                 case JobCancelRequested(data=data) | JobPreemptRequested(data=data):
                     await repository.evaluate_job(conn, data.job_id)
                 case _:

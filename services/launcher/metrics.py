@@ -1,9 +1,10 @@
 """The launcher's Prometheus metrics (served on its health port with the shared ones).
 
-Recorded where a job's state changes, so each is counted once per change (the
-handlers' idempotency record makes a redelivered event change nothing). The two
-latencies end when a job's first task runs: a node agent (or, on Kubernetes, the
-launcher's runner) records that, so they are served by the agents' health ports.
+Recorded where a job's or an attempt's state changes, so each is counted once per
+change (a fenced update or the handlers' idempotency record makes a repeat change
+nothing). A task's start and end, and most jobs' ends, are recorded by whoever reports
+them (``reporting.py``): the node agents, which serve these on their health ports too,
+or on Kubernetes the launcher's runner.
 """
 
 from __future__ import annotations

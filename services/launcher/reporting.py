@@ -4,23 +4,31 @@ round trip instead of four). Shared by the node agent (processes) and the Kubern
 runner (pods), so both report the same way.
 
 The first task of a job to run also makes the job RUNNING, in that same statement
-(``job.running`` after ``task.started``). The launcher used to do it on consuming
-``task.started``: a transaction of six round trips and a NATS delivery per job, and a
-moment in which a job with a running task still read SCHEDULED. Where a job ends is
-still the launcher's decision (``repository.evaluate_job``): it weighs every task of
-the gang against the completion rules and the retry table."""
+(``job.running`` after ``task.started``). Once an attempt's end is recorded, the
+reporter decides what the job's attempts now add up to (``repository.evaluate_job``:
+the completion rules, the retry table, stopping the rest of a gang) in a transaction
+of its own. The launcher used to do both on consuming ``task.started`` and
+``task.exited``: per job, two NATS deliveries, two idempotency records and thirteen
+round trips, and a moment in which a job with a running task still read SCHEDULED.
+Should the decision fail (Postgres away, the process killed in between), the
+launcher's reconcile loop takes it (``active_jobs_to_evaluate``), within its interval.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from services.launcher import metrics
 from services.launcher.agent.environment import Peer
-from services.launcher.repository import SQL
-from shared.db.pool import Database
+from services.launcher.repository import SQL, evaluate_job
+from shared.aio import raise_if_cancelling
+from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import JobRunning, TaskExited, TaskStarted
 from shared.events.jobs import JobRunningData, TaskExitedData, TaskStartedData
 from shared.outbox import Consequence, change_with_event
+
+log = logging.getLogger(__name__)
 
 
 async def report_started(
@@ -74,7 +82,8 @@ async def report_end(
     classification: str,
 ) -> bool:
     """Mark the attempt ended — only if ``node_id`` still runs it (STARTING or RUNNING) —
-    and say so; False when it was not ours to report any more."""
+    and say so, then decide the job (``decide_job``); False when it was not ours to
+    report any more."""
     event = TaskExited(
         source=source,
         subject=attempt_id,
@@ -95,7 +104,27 @@ async def report_end(
         event,
         aggregate=job_id,
     )
-    return changed is not None
+    if changed is None:
+        return False
+    metrics.TASK_EXITS.labels(classification).inc()
+    await decide_job(db, job_id)
+    return True
+
+
+async def decide_job(db: Database, job_id: str) -> None:
+    """What the job's attempts add up to now that one has ended, acted on in a
+    transaction of its own (it locks the job, then its attempts: the launcher's order).
+    A failure is logged and left to the launcher's reconcile loop: the end itself is
+    recorded, and a report must not be retried for a decision's sake."""
+    try:
+        async with db.transaction() as conn:
+            await evaluate_job(conn, job_id)
+    except DATABASE_ERRORS as exc:
+        raise_if_cancelling()
+        log.warning("could not decide job %s (%s); the launcher's reconcile loop will", job_id, exc)
+    except Exception:
+        raise_if_cancelling()
+        log.exception("could not decide job %s; the launcher's reconcile loop will try", job_id)
 
 
 def peers_of(claimed: dict[str, Any]) -> list[Peer]:

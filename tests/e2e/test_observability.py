@@ -101,7 +101,6 @@ async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
         ("corral-launcher", "process corral.job.scheduled"),
         ("corral-agent-local", "process corral.task.assigned"),
         ("corral-agent-local", "start task"),
-        ("corral-launcher", "process corral.task.exited"),
         ("corral-scheduler", "process corral.job.succeeded"),
     ]
     missing = [name for name in sends if name not in names] + [step for step in steps if step not in by_name]
@@ -122,9 +121,13 @@ async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
             assert span.attributes["messaging.operation.type"] == (
                 "send" if span.kind == "PRODUCER" else "process"
             )
-    consumed = by_name[("corral-launcher", "process corral.task.exited")]
+    consumed = by_name[("corral-launcher", "process corral.job.scheduled")]
     assert consumed.attributes["messaging.consumer.group.name"] == "launcher"
     assert consumed.attributes["corral.job.id"] == job_id
+    # The agent that reported the task's end decided the job's: job.succeeded is sent
+    # in the trace of the task's start too.
+    [succeeded] = [s for s in spans if s.name == "send corral.job.succeeded"]
+    assert "start task" in _ancestors(succeeded, parent)
 
     await _check_metrics(traced_stack, api_metrics, job["attempts"][0]["classification"])
     _check_json_logs(traced_stack, job_id, root.trace_id)
@@ -190,15 +193,16 @@ async def _check_metrics(stack: Stack, api_metrics: str, classification: str) ->
             if name != "api"
         }
     scheduler, launcher, agent = scraped["scheduler"], scraped["launcher"], scraped["agent"]
+    assert _value(launcher, "corral_events_consumed_total", consumer="launcher", outcome="acked") >= 1
     assert _value(scheduler, "corral_scheduler_leader") == 1
     assert _value(scheduler, "corral_scheduler_placements_total") >= 1
     assert _value(scheduler, "corral_scheduler_cycle_duration_seconds_count") >= 1
     assert _value(scheduler, "corral_events_consumed_total", consumer="scheduler-jobs", outcome="acked") >= 1
-    # The job's first task to run, reported by the agent, made it RUNNING.
+    # The agent's reports made the job RUNNING, then ended it.
     assert _value(agent, "corral_launch_latency_seconds_count") == 1
     assert _value(agent, "corral_job_start_latency_seconds_count") == 1
-    assert _value(launcher, "corral_jobs_ended_total", state="SUCCEEDED") == 1
-    assert _value(launcher, "corral_task_exits_total", classification=classification) == 1
+    assert _value(agent, "corral_jobs_ended_total", state="SUCCEEDED") == 1
+    assert _value(agent, "corral_task_exits_total", classification=classification) == 1
     # Every relay shares the whole outbox, so the cluster's total is what counts.
     everyone = [api, *scraped.values()]
     for event_type in ("job.submitted", "job.scheduled", "task.started", "job.running", "job.succeeded"):

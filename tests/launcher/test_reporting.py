@@ -1,15 +1,17 @@
-"""What an agent's "task started" report writes, on real Postgres: the attempt RUNNING and
+"""What an agent's reports write, on real Postgres. "Started": the attempt RUNNING and
 ``task.started``; for the job's first task to run, in the same statement, the job
-RUNNING and ``job.running`` after it; for a report that is not the agent's to make,
-nothing."""
+RUNNING and ``job.running`` after it. "Ended": the attempt's end and ``task.exited``,
+then the job's decision. A report that is not the agent's to make: nothing."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client import REGISTRY
 
-from services.launcher.reporting import report_started
+from services.launcher import reporting, repository
+from services.launcher.reporting import report_end, report_started
 from shared.db.pool import Database
 from tests.launcher import attempts
 
@@ -92,3 +94,64 @@ async def test_a_report_waits_for_a_launcher_holding_the_job_and_never_deadlocks
         )
     assert await asyncio.wait_for(report, 5)
     assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "RUNNING"
+
+
+async def _end(db: Database, attempt_id: str, job_id: str, exit_code: int) -> bool:
+    return await report_end(
+        db,
+        "corral/agent",
+        attempt_id=attempt_id,
+        job_id=job_id,
+        node_id=NODE,
+        lost=False,
+        exit_code=exit_code,
+        signal=None,
+        reason=f"exit code {exit_code}",
+        classification="unknown" if exit_code == 0 else "permanent",  # as the table has it
+    )
+
+
+async def _job_events(db: Database, job_id: str) -> list[str]:
+    rows = await db.fetch("SELECT subject FROM corral.outbox WHERE aggregate = $1 ORDER BY id", job_id)
+    return [".".join(row["subject"].split(".")[1:3]) for row in rows]
+
+
+async def test_the_report_of_a_gangs_last_end_decides_the_job(db: Database) -> None:
+    await attempts.known_nodes(db, NODE)
+    first, second = await attempts.assigned(db, NODE, instances=2, state="STARTING")
+    job_id = await db.fetchval("SELECT job_id FROM launcher.attempts WHERE id = $1", first)
+    assert await _report(db, first, job_id)
+    assert await _report(db, second, job_id)
+
+    assert await _end(db, first, job_id, 0)
+    assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "RUNNING"  # one to go
+    assert not await _end(db, first, job_id, 0)  # reported again: not its to report, nothing decided
+    assert await _end(db, second, job_id, 0)
+    job = await db.fetchrow("SELECT state, exit_code FROM api.jobs WHERE id = $1", job_id)
+    assert job is not None
+    assert (job["state"], job["exit_code"]) == ("SUCCEEDED", 0)
+    assert (await _job_events(db, job_id))[-3:] == ["task.exited", "task.exited", "job.succeeded"]
+
+
+async def test_a_decision_that_fails_is_left_to_the_launchers_reconcile_loop(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await attempts.known_nodes(db, NODE)
+    [attempt_id] = await attempts.assigned(db, NODE, instances=1, state="STARTING")
+    job_id = await db.fetchval("SELECT job_id FROM launcher.attempts WHERE id = $1", attempt_id)
+    assert await _report(db, attempt_id, job_id)
+
+    async def broken(conn: object, job_id: str) -> None:
+        raise RuntimeError("a bug in the completion rules")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(reporting, "evaluate_job", broken)
+        assert await _end(db, attempt_id, job_id, 3)  # the end is recorded all the same
+    assert await db.fetchval("SELECT state FROM launcher.attempts WHERE id = $1", attempt_id) == "EXITED"
+    assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "RUNNING"
+
+    repaired = await repository.reconcile(db)
+    assert repaired["jobs_decided"] == 1
+    job = await db.fetchrow("SELECT state, exit_code FROM api.jobs WHERE id = $1", job_id)
+    assert job is not None
+    assert (job["state"], job["exit_code"]) == ("FAILED", 3)  # permanent: not retried
