@@ -15,9 +15,10 @@ untracked tasks: everything runs under the one TaskGroup.
 
 Services run on uvloop's event loop: they mostly wait on sockets (Postgres, NATS, HTTP),
 and uvloop does an asyncpg round trip for ~22 % less CPU than asyncio's own loop here
-(docs/performance.md). The node agent keeps asyncio's loop (see ``run_service``). Tests
-that run a service's parts in-process use pytest's standard loop; nothing in Corral
-depends on which loop it is.
+(docs/performance.md). The node agent too: it starts its tasks with ``subprocess.Popen``
+and awaits their exits on pidfds, not through uvloop's subprocess API, which forks
+(services/launcher/agent/processes.py). Tests that run a service's parts in-process use
+pytest's standard loop; nothing in Corral depends on which loop it is.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
 
 import uvicorn
 import uvloop
@@ -188,14 +188,9 @@ async def service_resources(
         log.info("%s shutting down", name)
 
 
-def run_service(
-    name: str, main: Callable[[], Awaitable[None]], *, event_loop: Literal["uvloop", "asyncio"] = "uvloop"
-) -> int:
-    """Run ``main`` until SIGTERM/SIGINT (exit 0) or until a root task dies (exit 1).
-
-    ``event_loop="asyncio"``: for a process that spawns many children (the node agent), where
-    asyncio's ``subprocess`` (vfork) is cheaper than uvloop's (libuv forks: ~4x the CPU
-    per spawn from a service-sized process, measured)."""
+def run_service(name: str, main: Callable[[], Awaitable[None]]) -> int:
+    """Run ``main`` on uvloop until SIGTERM/SIGINT (exit 0) or until a root task dies
+    (exit 1)."""
 
     async def runner() -> int:
         loop = asyncio.get_running_loop()
@@ -219,8 +214,7 @@ def run_service(
         return 0
 
     try:
-        factory = uvloop.new_event_loop if event_loop == "uvloop" else None
-        with asyncio.Runner(loop_factory=factory) as loop_runner:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as loop_runner:
             return loop_runner.run(runner())
     except KeyboardInterrupt:
         return 0

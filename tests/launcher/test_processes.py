@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from services.launcher.agent.processes import (
     Exit,
@@ -16,24 +12,10 @@ from services.launcher.agent.processes import (
     kill_group,
     spawn,
     wait_spawned,
-    watch_children_with_pidfds,
 )
 
 
-@pytest.fixture(autouse=True)
-def _restore_child_watcher() -> Iterator[None]:
-    """The pidfd watcher is tied to the loop it was attached to, and each test has its
-    own loop: put the process-wide default back for the tests that run after these."""
-    if sys.version_info >= (3, 12):
-        yield
-        return
-    before = asyncio.get_child_watcher()
-    yield
-    asyncio.set_child_watcher(before)
-
-
 async def _run(tmp_path: Path, command: str) -> tuple[Exit, TaskFiles, str]:
-    watch_children_with_pidfds()
     files = TaskFiles.for_attempt(tmp_path / "state", "att-1")
     log = tmp_path / "logs" / "att-1.log"
     proc = await spawn(command, {"PATH": "/usr/bin:/bin"}, log, files, tmp_path)
@@ -46,12 +28,9 @@ async def test_the_exit_code_is_recorded_in_place_and_the_output_kept(tmp_path: 
     assert ended == Exit(3, None)
     assert files.read_exit_code() == 3
     assert output == "hello\n"
-    if sys.version_info < (3, 12):
-        assert isinstance(asyncio.get_child_watcher(), asyncio.PidfdChildWatcher)
 
 
 async def test_a_task_killed_with_its_group_reports_the_signal(tmp_path: Path) -> None:
-    watch_children_with_pidfds()
     files = TaskFiles.for_attempt(tmp_path / "state", "att-2")
     proc = await spawn("sleep 30", {"PATH": "/usr/bin:/bin"}, tmp_path / "att-2.log", files, tmp_path)
     for _ in range(100):  # the wrapper writes its pid first thing

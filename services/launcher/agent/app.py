@@ -11,7 +11,6 @@ import asyncio
 import logging
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
-from services.launcher.agent.processes import watch_children_with_pidfds
 from services.launcher.agent.settings import Settings
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
@@ -30,7 +29,6 @@ def assignments_consumer(node_id: str) -> ConsumerConfig:
 
 async def serve(settings: Settings) -> None:
     node_id = settings.agent.node_id
-    watch_children_with_pidfds()
     async with (
         service_resources(f"agent-{node_id}", settings.common, event_source=SOURCE) as res,
         asyncio.TaskGroup() as tg,
@@ -56,5 +54,4 @@ async def serve(settings: Settings) -> None:
 
 def main() -> int:
     settings = Settings()
-    # asyncio's loop: it spawns a process per task, and uvloop's spawn forks.
-    return run_service("agent", lambda: serve(settings), event_loop="asyncio")
+    return run_service("agent", lambda: serve(settings))
