@@ -131,7 +131,7 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
     async def ask_scheduler(question: bytes) -> bytes:
         return await res.bus.request(DRY_RUN_SUBJECT, question, timeout_s)
 
-    hub = EventHub(res.bus.js, Scopes(res.db), settings.api.sse_queue_limit)
+    hub = EventHub(res.bus.js, Scopes(res.db), settings.api.sse_queue_limit, settings.api.sse_tail_idle_s)
     app = create_app(repo, res.health, settings, ask_scheduler, hub)
     # The app's routes, models and schemas live as long as the process: frozen, no full
     # collection walks them again (a 40 ms pause every ~600 submits): shared/gc_tuning.py.

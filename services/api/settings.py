@@ -28,6 +28,9 @@ class ApiSettings(BaseSettings):
     # expired, or whose user was deleted or demoted, ends the stream (the client's
     # reconnect then gets the 401 or the narrower view).
     sse_reauth_s: float = Field(default=30.0, gt=0, le=3600)
+    # The event hub reads the lifecycle streams only while someone follows them: it stops
+    # once no stream has been open for this long (event_hub.py).
+    sse_tail_idle_s: float = Field(default=60.0, gt=0)
     # Webhooks: the delays between attempts (Standard Webhooks' schedule: about a day in
     # all, then the delivery is failed), how long one attempt may take, how long a claimed
     # delivery is leased (a crash mid-send sends it again after this), how many are sent

@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from services.api.event_scope import EventFacts
+from services.api.event_hub import EventHub
+from services.api.event_scope import EventFacts, Scopes
 from services.api.routes_events import sse
 from shared.bus.nats import NatsBus
+from shared.bus.streams import JOBS
 from shared.db.pool import Database
 from shared.events import AlertFiring, Envelope, JobRunning, JobSubmitted, NodeDrained, TaskStarted
 from shared.events.alerts import AlertFiringData
@@ -301,3 +303,46 @@ async def test_with_no_stream_open_the_hub_only_moves_its_position(
         assert (await alice.next_event())["event"] == "corral.task.started.v1"
         assert await alice.silence(0.3) == []  # and nothing from before it opened
     assert worked_out == 1
+
+
+async def test_the_hub_tails_the_streams_only_while_someone_follows(bus: NatsBus, db: Database) -> None:
+    """No ordered consumers (no NATS push of every event, no CPU in the API) until a
+    stream asks for them, and none again once nobody has followed for ``idle_s``; a
+    subscriber after a pause starts at the streams' ends, not at the pause."""
+    hub = EventHub(bus.js, Scopes(db), idle_s=0.3)
+    running_hub = asyncio.create_task(hub.run())
+
+    async def consumers() -> int:
+        return int((await bus.js.stream_info(JOBS.name)).state.consumer_count)
+
+    try:
+        before = await consumers()
+        await asyncio.sleep(0.1)
+        assert not hub.tailing
+        assert await consumers() == before
+        job = await _job(db, "alice")
+
+        assert await hub.wait_ready(5.0)
+        assert await consumers() == before + 1
+        first = hub.register(lambda facts: facts.job_id == job)
+        await publish(bus, submitted(job, "alice"))
+        assert [e.facts.type for e in await first.next_batch(5.0)] == ["corral.job.submitted.v1"]
+        hub.unregister(first)
+
+        for _ in range(200):  # idle for 0.3 s: the tails stop; the server drops them 2 s on
+            if not hub.tailing and await consumers() == before:
+                break
+            await asyncio.sleep(0.05)
+        assert not hub.tailing
+        assert await consumers() == before
+
+        await publish(bus, running(job))  # while nobody follows
+        assert await hub.wait_ready(5.0)
+        second = hub.register(lambda facts: facts.job_id == job)
+        await publish(bus, started(job))
+        assert [e.facts.type for e in await second.next_batch(5.0)] == ["corral.task.started.v1"]
+        assert second.start.positions[0] == first.start.positions[0] + 2  # the two before it
+    finally:
+        running_hub.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running_hub
