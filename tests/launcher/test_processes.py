@@ -6,12 +6,15 @@ import asyncio
 import signal
 from pathlib import Path
 
+import pytest
+
 from services.launcher.agent.processes import (
     Exit,
     TaskFiles,
     kill_group,
     spawn,
     wait_spawned,
+    wrapper_for,
 )
 
 
@@ -42,3 +45,36 @@ async def test_a_task_killed_with_its_group_reports_the_signal(tmp_path: Path) -
     assert ended.signal == signal.SIGKILL
     assert ended.exit_code is None
     assert files.read_exit_code() is None  # the wrapper died too: no status to record
+
+
+async def test_a_stopped_task_ends_and_its_wrapper_records_how(tmp_path: Path) -> None:
+    """SIGTERM to the group ends the command (the wrapper's trap is reset in its child
+    shell) while the wrapper lives on to record the status: 143, as `sh` reports it."""
+    files = TaskFiles.for_attempt(tmp_path / "state", "att-3")
+    proc = await spawn(
+        "sleep 30; echo not stopped", {"PATH": "/usr/bin:/bin"}, tmp_path / "a.log", files, tmp_path
+    )
+    for _ in range(100):
+        if files.pid_file.exists():
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # the child shell is running its command
+    kill_group(proc.pid, signal.SIGTERM)
+    ended = await asyncio.wait_for(wait_spawned(proc, files), 10)
+    assert ended == Exit(143, None)
+    assert (tmp_path / "a.log").read_text() == "Terminated\n"  # the wrapper's word on its child
+
+
+@pytest.mark.parametrize("reads", ["$$", "${PPID}", "$0"])
+async def test_a_command_reading_its_shells_pid_parent_or_name_gets_a_shell_of_its_own(
+    tmp_path: Path, reads: str
+) -> None:
+    """A subshell would show the wrapper's; `sh -c` shows the command's own shell."""
+    assert wrapper_for(f"echo {reads}") != wrapper_for("echo hello")
+    ended, files, output = await _run(tmp_path, f"echo {reads} $$ $PPID $0")
+    assert ended == Exit(0, None)
+    wrapper = files.pid_file.read_text().strip()
+    _, own_pid, parent, name = output.split()
+    assert own_pid != wrapper  # its own shell's pid
+    assert parent == wrapper  # whose parent is the wrapper
+    assert name == "/bin/sh"

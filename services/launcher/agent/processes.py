@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -28,8 +29,21 @@ from pathlib import Path
 # ``wait_adopted`` after the pid is gone), so it is written in place: a rename would
 # cost a fork and exec of ``mv`` per task, and a wrapper killed mid-write leaves an
 # empty file, read as "no exit status" like a missing one.
+_WRAPPER = 'trap : TERM INT; echo $$ > "$2"; {child}; code=$?; echo $code > "$3"; exit $code'
+# The child shell is a subshell, a fork of the wrapper (~0.8 ms of CPU less per task
+# than a shell of its own, which execs /bin/sh again), with no positional parameters,
+# as in `sh -c`. A subshell inherits three things from the wrapper that would tell the
+# two apart: the pid in $$, the parent pid in $PPID and the name in $0. A command that
+# reads any of them gets a shell of its own, so it sees what `sh -c` would show it.
+_IN_SUBSHELL = _WRAPPER.format(child='corral_command=$1; (set --; eval "$corral_command")')
+_IN_OWN_SHELL = _WRAPPER.format(child='/bin/sh -c "$1"')
+_READS_ITS_SHELL = re.compile(r"\$(\$|\{?0|\{?PPID)")
 _POLL_S = 0.05  # how often a task's exit is polled for where the kernel has no pidfds
-_WRAPPER = 'trap : TERM INT; echo $$ > "$2"; /bin/sh -c "$1"; code=$?; echo $code > "$3"; exit $code'
+
+
+def wrapper_for(command: str) -> str:
+    """The wrapper script that runs ``command`` (see ``_WRAPPER``)."""
+    return _IN_OWN_SHELL if _READS_ITS_SHELL.search(command) else _IN_SUBSHELL
 
 
 @dataclass(frozen=True)
@@ -105,7 +119,15 @@ async def spawn(
     files.remove()
     with log_path.open("ab") as log:
         return subprocess.Popen(  # noqa: ASYNC220 - vfork + exec: as quick as the loop's own spawn
-            ["/bin/sh", "-c", _WRAPPER, "corral-task", command, str(files.pid_file), str(files.exit_file)],
+            [
+                "/bin/sh",
+                "-c",
+                wrapper_for(command),
+                "corral-task",
+                command,
+                str(files.pid_file),
+                str(files.exit_file),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
