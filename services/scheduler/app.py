@@ -27,7 +27,13 @@ async def serve(settings: Settings) -> None:
             reserve_after_s=scheduler.reserve_after_s,
             starve_budget_share=scheduler.starve_budget_share,
         )
-        cycle = Cycle(leadership, scheduler.cycle_interval_s, policy, scheduler.starvation())
+        cycle = Cycle(
+            leadership,
+            scheduler.cycle_interval_s,
+            policy,
+            scheduler.starvation(),
+            min_gap_s=scheduler.min_cycle_gap_s,
+        )
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             tg.create_task(leadership.run(), name="leadership")

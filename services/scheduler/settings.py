@@ -15,6 +15,10 @@ class SchedulerSettings(BaseSettings):
 
     # Events wake the cycle at once; this periodic cycle catches whatever they missed.
     cycle_interval_s: float = Field(default=2.0, gt=0)
+    # ...but a cycle starts at least this long after the last one ended (Slurm's
+    # sched_min_interval): under a stream of events, those of these milliseconds share a
+    # cycle instead of a cycle each (cycle.py).
+    min_cycle_gap_s: float = Field(default=0.02, ge=0, le=10)
     leader_retry_s: float = Field(default=1.0, gt=0)
     # A job runs at least this long before a higher-priority job may preempt it (reclaiming
     # a VC's quota from borrowers does not wait: see planner.py).
