@@ -15,7 +15,11 @@ Spans carry the OpenTelemetry messaging attributes (``messaging.system``,
 ``messaging.operation.type``, ``messaging.destination.name``, ``messaging.message.id``,
 ``messaging.consumer.group.name``) and ``corral.job.id`` where a job is concerned.
 
-Export is off by default (spans still exist, so context propagates). Set
+Export is off by default. Spans then record nothing but still exist, so context
+propagates; and under an unsampled parent the send, process, schedule and start-task
+spans are skipped altogether: a message carries its parent's ``traceparent`` on, and
+the trace id every log line shows is the same (``_unrecorded``). A caller's sampled
+trace is still followed, hop by hop. Set
 ``CORRAL_TELEMETRY_EXPORTER=otlp`` to send them over OTLP/HTTP; where, how and what is
 sampled is then the standard ``OTEL_EXPORTER_OTLP_*``, ``OTEL_BSP_*``,
 ``OTEL_TRACES_SAMPLER`` and ``OTEL_RESOURCE_ATTRIBUTES`` variables, read by the SDK.
@@ -46,14 +50,44 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 FLUSH_TIMEOUT_MS = 3000
 
 tracer = trace.get_tracer("corral")
+_consumer_tracer = trace.get_tracer("corral.bus")  # the consumer loop's spans (shared/bus)
+# The process's provider, set by ``setup_telemetry``, when it exports nothing: then a span
+# under an unsampled parent (or none) is recorded by no one, and the messaging spans are
+# skipped (``_unrecorded``).
+_EXPORTING_NOTHING: TracerProvider | None = None
 
 
 def setup_telemetry(service: str, settings: TelemetrySettings) -> TracerProvider:
     """Logging and the process's tracer provider; call ``shutdown_telemetry`` at exit."""
+    global _EXPORTING_NOTHING  # the process's one provider, set once
     setup_logging(service, settings.log_level, settings.log_format)
     provider = tracer_provider(service, settings.exporter)
     trace.set_tracer_provider(provider)
+    _EXPORTING_NOTHING = provider if settings.exporter == "none" else None
     return provider
+
+
+def _unrecorded(parent_sampled: bool) -> bool:
+    """Whether nothing would record a span under a parent whose sampled flag is
+    ``parent_sampled``: the process exports nothing and the parent is not sampled.
+
+    Such a span would only get new ids, which nobody reads (log lines carry the trace id, the same either
+    way). The messaging spans are then skipped, ~0.1 ms of CPU each and a dozen per job
+    (bench.e2e); a message keeps its parent's ``traceparent``. A provider installed
+    since ``setup_telemetry`` (a test's) is followed as it is."""
+    return (
+        not parent_sampled
+        and _EXPORTING_NOTHING is not None
+        and trace.get_tracer_provider() is _EXPORTING_NOTHING
+    )
+
+
+def _sampled(traceparent: str | None) -> bool:
+    """The W3C ``traceparent``'s sampled flag (False for none, or for one unreadable)."""
+    try:
+        return traceparent is not None and int(traceparent.rsplit("-", 1)[1], 16) & 1 == 1
+    except (IndexError, ValueError):
+        return False
 
 
 def tracer_provider(service: str, exporter: str) -> TracerProvider:
@@ -104,7 +138,11 @@ def destination_template(subject: str) -> str:
 @contextmanager
 def send_span(subject: str, message_id: str, headers: dict[str, str]) -> Iterator[dict[str, str]]:
     """A PRODUCER span continuing ``headers``' trace; yields the headers to publish with
-    (the same, with this span's ``traceparent``)."""
+    (the same, with this span's ``traceparent``; unchanged when nothing would record the
+    span: ``_unrecorded``)."""
+    if _unrecorded(_sampled(_traceparent_in(headers))):
+        yield dict(headers)
+        return
     with tracer.start_as_current_span(
         f"send {destination_template(subject)}",
         context=extract_context(headers),
@@ -122,11 +160,45 @@ def send_span(subject: str, message_id: str, headers: dict[str, str]) -> Iterato
 
 
 @contextmanager
+def consume_span(
+    name: str, headers: Mapping[str, str], attributes: Mapping[str, str | int]
+) -> Iterator[None]:
+    """A CONSUMER span continuing ``headers``' trace, around the handling of a message;
+    when nothing would record it (``_unrecorded``), only the message's context, so what
+    the handler appends continues the same trace."""
+    context = extract_context(dict(headers))
+    if _unrecorded(_sampled(_traceparent_in(headers))):
+        token = otel_context.attach(context)
+        try:
+            yield
+        finally:
+            otel_context.detach(token)
+        return
+    with _consumer_tracer.start_as_current_span(
+        name, context=context, kind=trace.SpanKind.CONSUMER, attributes=attributes
+    ):
+        yield
+
+
+def _traceparent_in(headers: Mapping[str, str]) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == "traceparent"), None)
+
+
+@contextmanager
 def continue_trace(
     traceparent: str | None, name: str, attributes: Mapping[str, str | int] | None = None
 ) -> Iterator[None]:
-    """An INTERNAL span continuing a stored ``traceparent`` (a new trace when there is none)."""
+    """An INTERNAL span continuing a stored ``traceparent`` (a new trace when there is
+    none); when nothing would record it, only the stored context (``_unrecorded``)."""
     context = extract_context({"traceparent": traceparent}) if traceparent else None
+    if _unrecorded(_sampled(traceparent)):
+        token = otel_context.attach(context) if context is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        return
     with tracer.start_as_current_span(name, context=context, attributes=attributes):
         yield
 
@@ -137,7 +209,11 @@ def span_in_job_trace(
 ) -> Iterator[None]:
     """A span under the current one — or, where there is none (a reconcile loop acting
     on its own), continuing the job's stored trace, so the job's trace stays whole."""
-    if trace.get_current_span().get_span_context().is_valid:
+    current = trace.get_current_span().get_span_context()
+    if current.is_valid:
+        if _unrecorded(current.trace_flags.sampled):
+            yield  # nothing would record it: the current context goes on
+            return
         with tracer.start_as_current_span(name, attributes=attributes):
             yield
     else:

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from opentelemetry import trace
 from pydantic import ValidationError
 
 from shared.aio import raise_if_cancelling
@@ -31,10 +30,9 @@ from shared.errors import PermanentError, TransientError
 from shared.events.types import Event, parse_event
 from shared.logs import bound_job
 from shared.metrics import EVENT_HANDLING, EVENTS_CONSUMED, EVENTS_REDELIVERED
-from shared.telemetry import destination_template, extract_context
+from shared.telemetry import consume_span, destination_template
 
 log = logging.getLogger(__name__)
-tracer = trace.get_tracer("corral.bus")
 
 Handler = Callable[[Event], Awaitable[None]]
 
@@ -105,12 +103,7 @@ async def _settle(
     if job_id is not None:
         attributes["corral.job.id"] = job_id
     with (
-        tracer.start_as_current_span(
-            f"process {destination_template(delivery.subject)}",
-            context=extract_context(delivery.headers),
-            kind=trace.SpanKind.CONSUMER,
-            attributes=attributes,
-        ),
+        consume_span(f"process {destination_template(delivery.subject)}", delivery.headers, attributes),
         bound_job(job_id),
         EVENT_HANDLING.labels(durable).time(),
     ):

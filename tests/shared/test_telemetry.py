@@ -17,10 +17,19 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from shared import telemetry
 from shared.logs import ContextFilter, TextFormatter, bound_job, json_formatter
 from shared.metrics import HttpMetrics, event_type_of
 from shared.service import Health, health_routes
-from shared.telemetry import current_traceparent, destination_template, tracer_provider
+from shared.telemetry import (
+    consume_span,
+    continue_trace,
+    current_traceparent,
+    destination_template,
+    send_span,
+    span_in_job_trace,
+    tracer_provider,
+)
 from tests.tracing import global_tracer_provider
 
 
@@ -162,3 +171,28 @@ def test_exporting_nothing_records_nothing_yet_ids_still_travel() -> None:
     with exporting.get_tracer("t").start_as_current_span("submit") as recorded:
         assert recorded.is_recording()
     exporting.shutdown()
+
+
+UNSAMPLED = "00-0000000000000000000000000000abcd-00000000000000ef-00"
+
+
+def test_exporting_nothing_a_message_keeps_its_parents_traceparent_unless_the_parent_is_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the process's provider exporting nothing (``setup_telemetry``'s default), the
+    messaging spans under an unsampled parent are skipped; the context goes on. (The
+    global provider is left alone: module-level tracers bind to the first one they see.)"""
+    assert not telemetry._unrecorded(parent_sampled=False)  # not the process's provider
+    monkeypatch.setattr(telemetry, "_EXPORTING_NOTHING", trace.get_tracer_provider())
+    assert telemetry._unrecorded(parent_sampled=False)
+    assert not telemetry._unrecorded(parent_sampled=True)  # a caller's sampled trace: spans
+
+    with send_span("corral.job.submitted.job-1", "ev-1", {"traceparent": UNSAMPLED}) as headers:
+        assert headers == {"traceparent": UNSAMPLED}  # no span nobody would record
+    with consume_span("process corral.job.submitted", {"Traceparent": UNSAMPLED}, {}):
+        assert current_traceparent() == UNSAMPLED  # what the handler appends continues it
+    with continue_trace(UNSAMPLED, "schedule"):
+        assert current_traceparent() == UNSAMPLED
+        with span_in_job_trace(None, "start task"):
+            assert current_traceparent() == UNSAMPLED
+    assert current_traceparent() is None  # and the context is given back
