@@ -83,9 +83,10 @@ class Cycle:
         The gap costs a job on an idle cluster nothing (its cycle starts at once) and
         under load saves more than it costs. In bench.e2e (8 GPUs, a job's end frees
         one every ~11 ms) each event had its own cycle, ~0.6 per job, each reading and
-        ranking the whole queue; with 20 ms between cycles a few ends share one, and
-        the scheduler's and Postgres' CPU per job fell by a third, for a GPU idle a few
-        milliseconds longer: 10 ms gave less, 40 ms left GPUs idle (docs/performance.md).
+        ranking the whole queue; with 20 ms between cycles a few ends share one (0.26
+        cycles per job), and the scheduler's CPU per job fell by a third and Postgres'
+        by a fifth, for a GPU idle a few milliseconds longer: 10 ms gave less, 40 ms
+        left GPUs idle (docs/performance.md).
         """
         loop = asyncio.get_running_loop()
         while True:
