@@ -71,10 +71,10 @@ def _unrecorded(parent_sampled: bool) -> bool:
     """Whether nothing would record a span under a parent whose sampled flag is
     ``parent_sampled``: the process exports nothing and the parent is not sampled.
 
-    Such a span would only get new ids, which nobody reads (log lines carry the trace id, the same either
-    way). The messaging spans are then skipped, ~0.1 ms of CPU each and a dozen per job
-    (bench.e2e); a message keeps its parent's ``traceparent``. A provider installed
-    since ``setup_telemetry`` (a test's) is followed as it is."""
+    Such a span would only get new ids, which nobody reads (log lines carry the trace
+    id, the same either way). The messaging spans are then skipped, ~0.1 ms of CPU each
+    and a dozen per job (bench.e2e); a message keeps its parent's ``traceparent``. A
+    provider installed since ``setup_telemetry`` (a test's) is followed as it is."""
     return (
         not parent_sampled
         and _EXPORTING_NOTHING is not None
@@ -82,12 +82,9 @@ def _unrecorded(parent_sampled: bool) -> bool:
     )
 
 
-def _sampled(traceparent: str | None) -> bool:
-    """The W3C ``traceparent``'s sampled flag (False for none, or for one unreadable)."""
-    try:
-        return traceparent is not None and int(traceparent.rsplit("-", 1)[1], 16) & 1 == 1
-    except (IndexError, ValueError):
-        return False
+def _sampled(context: otel_context.Context | None) -> bool:
+    """Whether the parent in ``context`` (as extracted from a ``traceparent``) is sampled."""
+    return context is not None and trace.get_current_span(context).get_span_context().trace_flags.sampled
 
 
 def tracer_provider(service: str, exporter: str) -> TracerProvider:
@@ -125,7 +122,7 @@ def current_traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
-def extract_context(headers: dict[str, str]) -> otel_context.Context:
+def extract_context(headers: Mapping[str, str]) -> otel_context.Context:
     return _PROPAGATOR.extract({k.lower(): v for k, v in headers.items()})
 
 
@@ -140,12 +137,13 @@ def send_span(subject: str, message_id: str, headers: dict[str, str]) -> Iterato
     """A PRODUCER span continuing ``headers``' trace; yields the headers to publish with
     (the same, with this span's ``traceparent``; unchanged when nothing would record the
     span: ``_unrecorded``)."""
-    if _unrecorded(_sampled(_traceparent_in(headers))):
+    context = extract_context(headers)
+    if _unrecorded(_sampled(context)):
         yield dict(headers)
         return
     with tracer.start_as_current_span(
         f"send {destination_template(subject)}",
-        context=extract_context(headers),
+        context=context,
         kind=trace.SpanKind.PRODUCER,
         attributes={
             "messaging.system": "nats",
@@ -166,8 +164,8 @@ def consume_span(
     """A CONSUMER span continuing ``headers``' trace, around the handling of a message;
     when nothing would record it (``_unrecorded``), only the message's context, so what
     the handler appends continues the same trace."""
-    context = extract_context(dict(headers))
-    if _unrecorded(_sampled(_traceparent_in(headers))):
+    context = extract_context(headers)
+    if _unrecorded(_sampled(context)):
         token = otel_context.attach(context)
         try:
             yield
@@ -180,10 +178,6 @@ def consume_span(
         yield
 
 
-def _traceparent_in(headers: Mapping[str, str]) -> str | None:
-    return next((v for k, v in headers.items() if k.lower() == "traceparent"), None)
-
-
 @contextmanager
 def continue_trace(
     traceparent: str | None, name: str, attributes: Mapping[str, str | int] | None = None
@@ -191,7 +185,7 @@ def continue_trace(
     """An INTERNAL span continuing a stored ``traceparent`` (a new trace when there is
     none); when nothing would record it, only the stored context (``_unrecorded``)."""
     context = extract_context({"traceparent": traceparent}) if traceparent else None
-    if _unrecorded(_sampled(traceparent)):
+    if _unrecorded(_sampled(context)):
         token = otel_context.attach(context) if context is not None else None
         try:
             yield
