@@ -2,8 +2,14 @@
 
 ``initdb`` once into ``<dir>/data`` with password authentication (the password is kept
 in ``<dir>/password``, mode 0600), then ``postgres`` as a child process listening on
-loopback only. Postgres refuses to run as root, so when we are root the cluster belongs
-to an unprivileged user (``nobody`` by default) and its processes run as that user.
+loopback only, and on a Unix socket in ``<dir>/run``. Postgres refuses to run as root, so
+when we are root the cluster belongs to an unprivileged user (``nobody`` by default) and
+its processes run as that user.
+
+The services of a local stack connect through the socket (``local_url``): a round trip
+over it costs client and server about a tenth less CPU than over loopback TCP
+(measured: 54 and 39 µs against 60 and 44 µs per ``SELECT``), and a job takes some forty
+round trips. The TCP port stays for tools and for anything that parses the URL.
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from corral.local.ports import child_output, wait_until_listening
 
 _SEARCH_DIRS = ("/usr/lib/postgresql/{v}/bin", "/usr/local/pgsql/bin")
+# A Unix socket's path must fit in sockaddr_un's 108 bytes, NUL included.
+_MAX_SOCKET_PATH = 107
 
 
 def find_pg_bin(name: str) -> str:
@@ -53,9 +62,28 @@ class LocalPostgres:
     def password(self) -> str:
         return (self.directory / "password").read_text().strip()
 
+    @property
+    def socket_dir(self) -> Path | None:
+        """Where the server's Unix socket is, or None when that path would be too long
+        for a socket (a deep home directory): then it listens on TCP only."""
+        directory = self.directory.absolute() / "run"
+        fits = len(str(directory / f".s.PGSQL.{self.port}")) <= _MAX_SOCKET_PATH
+        return directory if fits else None
+
     def url(self, database: str | None = None) -> str:
         return (
             f"postgresql://{self.superuser}:{self.password}@127.0.0.1:{self.port}/{database or self.database}"
+        )
+
+    def local_url(self, database: str | None = None) -> str:
+        """The URL for clients on this machine: through the Unix socket where there is
+        one (see the module's docstring), else ``url``."""
+        socket_dir = self.socket_dir
+        if socket_dir is None:
+            return self.url(database)
+        return (
+            f"postgresql://{self.superuser}:{self.password}@/{database or self.database}"
+            f"?host={quote(str(socket_dir), safe='/')}&port={self.port}"
         )
 
     def _owner(self) -> tuple[int, int] | None:
@@ -119,6 +147,10 @@ class LocalPostgres:
 
     def start(self, *, log_file: Path | None = None, timeout_s: float = 30.0) -> None:
         self.init()
+        socket_dir = self.socket_dir
+        if socket_dir is not None:
+            socket_dir.mkdir(mode=0o700, exist_ok=True)
+            self._chown(socket_dir)
         with child_output(log_file) as log:
             self.process = self._run_as_owner(
                 [
@@ -130,7 +162,7 @@ class LocalPostgres:
                     "-c",
                     "listen_addresses=127.0.0.1",
                     "-c",
-                    "unix_socket_directories=",
+                    f"unix_socket_directories={socket_dir or ''}",
                     "-c",
                     "max_connections=300",
                     "-c",

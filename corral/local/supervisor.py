@@ -140,7 +140,7 @@ class Supervisor:
         if database_url is None:
             self.postgres = LocalPostgres(home / "postgres", self.config.pg_port)
             self.postgres.start(log_file=home / "logs" / "postgres.log")
-            database_url = self.postgres.url()
+            database_url = self.postgres.local_url()
         nats_url = self.config.nats_url
         if nats_url is None:
             self.nats = LocalNats(home / "nats", self.config.nats_port)

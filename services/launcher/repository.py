@@ -43,7 +43,7 @@ from shared.events.jobs import (
 )
 from shared.ids import new_attempt_id
 from shared.jobs import JobSpec, JobState, check_transition
-from shared.outbox import append
+from shared.outbox import append, append_with_change
 
 SQL = Queries(Path(__file__).parent / "sql")
 SOURCE = "corral/launcher"
@@ -63,12 +63,11 @@ async def _lock_job(conn: Connection, job_id: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-async def _free_ports(conn: Connection, node_id: str, count: int, taken: set[int]) -> list[int]:
+def free_ports(node_id: str, count: int, taken: set[int]) -> list[int]:
+    """``count`` ports of ``PORT_RANGE`` not in ``taken`` (those live attempts hold on the
+    node, and those given out already), from a random point on; added to ``taken``."""
     if count == 0:
         return []
-    for row in await conn.fetch(SQL.ports_in_use_on_node, node_id):
-        for ports in row["ports"].values():
-            taken.update(ports)
     start = random.randrange(len(PORT_RANGE))  # noqa: S311 - spreading, not security
     free = []
     for offset in range(len(PORT_RANGE)):
@@ -88,7 +87,7 @@ async def create_attempts(conn: Connection, job_id: str, generation: int) -> int
     address before any of them starts: the role's labelled ports, plus a ``master``
     port for the job's first task (the PyTorch rendezvous).
     """
-    job = await _lock_job(conn, job_id)
+    job = await conn.fetchrow(SQL.lock_job_with_allocations, job_id, generation)
     if (
         job is None
         or job["state"] != JobState.SCHEDULED
@@ -99,32 +98,19 @@ async def create_attempts(conn: Connection, job_id: str, generation: int) -> int
     spec = JobSpec.model_validate(job["spec"])
     roles = {role.name: role for role in spec.tasks}
     first = (spec.tasks[0].name, 0)
-    taken: dict[str, set[int]] = {}
+    taken = {node_id: set(ports) for node_id, ports in job["ports_in_use"].items()}
     created = 0
-    for alloc in await conn.fetch(SQL.allocations_of_generation, job_id, generation):
+    for alloc in job["allocations"]:
         role = roles[alloc["task_role"]]
         labels = dict(role.ports)
         if (alloc["task_role"], alloc["task_index"]) == first:
             labels[MASTER_PORT_LABEL] = 1
         node_taken = taken.setdefault(alloc["node_id"], set())
-        ports = await _free_ports(conn, alloc["node_id"], sum(labels.values()), node_taken)
+        ports = free_ports(alloc["node_id"], sum(labels.values()), node_taken)
         by_label = {}
         for label, count in labels.items():
             by_label[label], ports = ports[:count], ports[count:]
-        attempt_id = await conn.fetchval(
-            SQL.insert_attempt,
-            new_attempt_id(),
-            job_id,
-            generation,
-            alloc["task_role"],
-            alloc["task_index"],
-            alloc["node_id"],
-            list(alloc["gpu_indices"]),
-            alloc["host"],
-            by_label,
-        )
-        if attempt_id is None:
-            continue  # already created by an earlier delivery or the reconcile loop
+        attempt_id = new_attempt_id()
         event = TaskAssigned(
             source=SOURCE,
             subject=attempt_id,
@@ -135,10 +121,28 @@ async def create_attempts(conn: Connection, job_id: str, generation: int) -> int
                 task_role=alloc["task_role"],
                 task_index=alloc["task_index"],
                 node_id=alloc["node_id"],
-                gpu_indices=list(alloc["gpu_indices"]),
+                gpu_indices=alloc["gpu_indices"],
             ),
         )
-        await append(conn, event, aggregate=job_id)
+        inserted = await append_with_change(
+            conn,
+            SQL.insert_attempt,
+            (
+                attempt_id,
+                job_id,
+                generation,
+                alloc["task_role"],
+                alloc["task_index"],
+                alloc["node_id"],
+                alloc["gpu_indices"],
+                alloc["host"],
+                by_label,
+            ),
+            event,
+            aggregate=job_id,
+        )
+        if inserted is None:
+            continue  # already created by an earlier delivery or the reconcile loop
         created += 1
     return created
 
@@ -151,7 +155,6 @@ async def _transition(
     reason: str | None = None,
 ) -> None:
     check_transition(JobState(job["state"]), to, "launcher")
-    await conn.execute(SQL.set_job_state, job["id"], to.value, exit_code, reason)
     job_id, generation = job["id"], job["generation"]
     event: JobRunning | JobSucceeded | JobFailed | JobCancelled
     if to is JobState.RUNNING:
@@ -166,8 +169,12 @@ async def _transition(
             JobState.CANCELLED: JobCancelled,
         }
         event = ended[to](source=SOURCE, subject=job_id, data=data)
+    # The job is locked (``_lock_job``), so the update changes its row: the event goes with it.
+    await append_with_change(
+        conn, SQL.set_job_state, (job_id, to.value, exit_code, reason), event, aggregate=job_id
+    )
+    if to is not JobState.RUNNING:
         metrics.JOBS_ENDED.labels(to.value).inc()
-    await append(conn, event, aggregate=job_id)
     job["state"] = to
 
 

@@ -62,6 +62,7 @@ class PendingJob:
     traceparent: str | None = None  # the submit's trace, continued by the decision's event
     attained_gpu_s: float = 0.0  # GPU-seconds its earlier attempts ran (Tiresias' attained service)
     waited_s: float = 0.0  # how long it has been pending, all its waits together
+    generation: int = 0  # its placements so far (its next is generation + 1), as read
     # Derived once: the planner reads them a few hundred thousand times a cycle, and a
     # cached_property (a lock and a dict lookup per read) cost seconds there.
     gpus: int = field(init=False, repr=False, compare=False)
@@ -77,15 +78,17 @@ class PendingJob:
         tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb) for t in self.tasks)
         object.__setattr__(self, "asks", repr((self.vc, tasks, self.gpu_type, self.topology, self.priority)))
 
-    def progressed(self, version: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
-        """The same job as a later cycle reads it: only these three can have changed.
+    def progressed(self, version: int, generation: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
+        """The same job as a later cycle reads it: only these four can have changed.
 
         A copy of the fields, not ``dataclasses.replace``: the live cycle does this for
         every pending job (thousands) every cycle, and running ``__init__`` and
         ``__post_init__`` again cost four times as much for fields that are the same."""
         job = object.__new__(PendingJob)
         job.__dict__.update(self.__dict__)
-        job.__dict__.update(version=version, attained_gpu_s=attained_gpu_s, waited_s=waited_s)
+        job.__dict__.update(
+            version=version, generation=generation, attained_gpu_s=attained_gpu_s, waited_s=waited_s
+        )
         return job
 
 

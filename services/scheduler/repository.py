@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import asyncpg
 
@@ -19,12 +21,12 @@ from services.scheduler.model import (
     VirtualCluster,
     Waiting,
 )
-from shared.db.pool import Connection
+from shared.db.pool import Connection, after_commit
 from shared.db.queries import Queries
 from shared.events import JobScheduled
 from shared.events.jobs import JobScheduledData, TaskPlacement
 from shared.gpu_types import gpu_type_of
-from shared.outbox import PUBLISHED_WITHIN_S, append
+from shared.outbox import PUBLISHED_WITHIN_S, OutboxRow, notify_channel, outbox_row, relay_on_commit
 from shared.telemetry import continue_trace
 
 SQL = Queries(Path(__file__).parent / "sql")
@@ -68,7 +70,7 @@ class PendingJobs:
                 # over its GPUs: exact for gangs whose instances run alike).
                 attained = row["attained_gpu_s"]
                 waited = max(0.0, row["age_s"] - (attained / job.gpus if job.gpus else 0.0))
-                pending.append(job.progressed(row["version"], attained, waited))
+                pending.append(job.progressed(row["version"], row["generation"], attained, waited))
         self._jobs = {job.job_id: job for job in pending}  # forget the ones that left
         return pending
 
@@ -223,61 +225,94 @@ async def write_pending_status(
 
 
 async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
-    """Write every placement of the cycle; the caller holds one transaction."""
-    committed = 0
+    """Write every placement of the cycle in one statement (``commit_placements``); the
+    caller holds one transaction. How many jobs it placed: a job that changed since the
+    snapshot (e.g. cancelled) is skipped."""
+    if not decisions:
+        return 0
+    jobs: list[tuple[str, int, int]] = []
+    allocations: list[tuple[str, int, str, int, str, str, bool, bool]] = []
+    events: list[OutboxRow] = []
+    notified: list[str] = []  # the events the relays publish, after a NOTIFY
+    relay = relay_on_commit(conn)
     for decision in decisions:
-        generation = await conn.fetchval(SQL.mark_scheduled, decision.job.job_id, decision.job.version)
-        if generation is None:
-            continue  # the job changed since the snapshot (e.g. cancelled): skip it
-        await conn.executemany(
-            SQL.insert_allocation,
-            [
-                (
-                    decision.job.job_id,
-                    generation,
-                    p.role,
-                    p.index,
-                    p.node_id,
-                    list(p.gpu_indices),
-                    decision.borrowed,
-                    decision.promoted,
+        job, generation = decision.job, decision.job.generation + 1
+        jobs.append((job.job_id, job.version, generation))
+        allocations.extend(
+            (
+                job.job_id,
+                generation,
+                p.role,
+                p.index,
+                p.node_id,
+                _int_array(p.gpu_indices),
+                decision.borrowed,
+                decision.promoted,
+            )
+            for p in decision.placements
+        )
+        # The decision joins the job's own trace (from its submit), not the cycle's: its
+        # event carries that span's context.
+        with continue_trace(job.traceparent, "schedule", _span_attributes(decision, generation)):
+            events.append(outbox_row(_scheduled_event(decision, generation), job.job_id))
+        if relay is None or _may_overtake(job):
+            notified.append(events[-1][0])
+    rows = [(*row[:5], json.dumps(row[5])) for row in events]
+    scheduled = await conn.fetch(
+        SQL.commit_placements,
+        *_columns(jobs, 3),
+        *_columns(allocations, 8),
+        *_columns(rows, 6),
+        notified,
+        notify_channel(SOURCE),
+    )
+    placed = {row["id"] for row in scheduled}
+    if relay is not None:
+        passed = set(notified)
+        on_commit = [row for row in events if row[2] in placed and row[0] not in passed]
+        if on_commit:
+            after_commit(conn, partial(relay.publish_committed, on_commit))
+    return len(placed)
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Rows as columns, each an array parameter of an ``unnest``."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
+def _int_array(values: Sequence[int]) -> str:
+    """An int[] literal ('{0,1}'): arrays of unequal length cannot share a 2-D parameter."""
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
+
+
+def _scheduled_event(decision: Decision, generation: int) -> JobScheduled:
+    return JobScheduled(
+        source=SOURCE,
+        subject=decision.job.job_id,
+        data=JobScheduledData(
+            job_id=decision.job.job_id,
+            generation=generation,
+            placements=[
+                TaskPlacement(
+                    task_role=p.role,
+                    task_index=p.index,
+                    node_id=p.node_id,
+                    gpu_indices=list(p.gpu_indices),
                 )
                 for p in decision.placements
             ],
-        )
-        event = JobScheduled(
-            source=SOURCE,
-            subject=decision.job.job_id,
-            data=JobScheduledData(
-                job_id=decision.job.job_id,
-                generation=generation,
-                placements=[
-                    TaskPlacement(
-                        task_role=p.role,
-                        task_index=p.index,
-                        node_id=p.node_id,
-                        gpu_indices=list(p.gpu_indices),
-                    )
-                    for p in decision.placements
-                ],
-            ),
-        )
-        # The decision joins the job's own trace (from its submit), not the cycle's.
-        with continue_trace(
-            decision.job.traceparent,
-            "schedule",
-            {
-                "corral.job.id": decision.job.job_id,
-                "corral.job.generation": generation,
-                "corral.job.gpus": decision.job.gpus,
-                "corral.job.nodes": len({p.node_id for p in decision.placements}),
-                "corral.job.borrowed": int(decision.borrowed),
-            },
-        ):
-            overtaking = _may_overtake(decision.job)
-            await append(conn, event, aggregate=decision.job.job_id, follows_others=overtaking)
-        committed += 1
-    return committed
+        ),
+    )
+
+
+def _span_attributes(decision: Decision, generation: int) -> dict[str, str | int]:
+    return {
+        "corral.job.id": decision.job.job_id,
+        "corral.job.generation": generation,
+        "corral.job.gpus": decision.job.gpus,
+        "corral.job.nodes": len({p.node_id for p in decision.placements}),
+        "corral.job.borrowed": int(decision.borrowed),
+    }
 
 
 def _may_overtake(job: PendingJob) -> bool:

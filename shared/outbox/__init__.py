@@ -42,8 +42,8 @@ ones after them (a failure amid a burst may still let a later event of the same 
 first). Consumers must (and do) bear reordering anyway (DESIGN.md, rule 2).
 
 The package: ``rows`` (a row's partition, channel and values), ``writing`` (``append``,
-``append_many``, ``change_with_event``, publishing on commit), ``relay`` (``OutboxRelay``)
-and ``sending`` (the publishes themselves).
+``append_many``, ``append_with_change``, ``change_with_event``, publishing on commit),
+``relay`` (``OutboxRelay``) and ``sending`` (the publishes themselves).
 """
 
 from shared.outbox.relay import STAMP_AFTER_S, OutboxRelay
@@ -53,9 +53,11 @@ from shared.outbox.writing import (
     Consequence,
     append,
     append_many,
+    append_with_change,
     change_with_event,
     committed_by_statement,
     publishing_on_commit,
+    relay_on_commit,
     statement_notify_channel,
 )
 
@@ -68,11 +70,13 @@ __all__ = [
     "OutboxRow",
     "append",
     "append_many",
+    "append_with_change",
     "change_with_event",
     "committed_by_statement",
     "notify_channel",
     "outbox_row",
     "partition_of",
     "publishing_on_commit",
+    "relay_on_commit",
     "statement_notify_channel",
 ]

@@ -35,7 +35,7 @@ async def append(conn: Connection, event: Envelope, *, aggregate: str, follows_o
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.append must run inside the transaction of the state change")
     row = outbox_row(event, aggregate)
-    relay = None if follows_others else _relay_on_commit(conn)
+    relay = None if follows_others else relay_on_commit(conn)
     if relay is not None:
         await conn.execute(INSERT, *row)
         # Registered once the row is in: a caller that swallowed a failed insert would
@@ -61,7 +61,7 @@ async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) 
         raise RuntimeError("outbox.append_many must run inside the transaction of the state change")
     rows = [outbox_row(event, aggregate) for event, aggregate in events]
     await conn.executemany(INSERT, rows)
-    relay = _relay_on_commit(conn)
+    relay = relay_on_commit(conn)
     if relay is not None:
         after_commit(conn, partial(relay.publish_committed, rows))
         return
@@ -74,6 +74,25 @@ async def append_many(conn: Connection, events: Sequence[tuple[Envelope, str]]) 
             notify_channel(source),
             sorted(parts),
         )
+
+
+async def append_with_change(
+    conn: Connection, change: str, args: Sequence[Any], event: Envelope, *, aggregate: str
+) -> asyncpg.Record | None:
+    """``append`` with the change it records, in one statement, in the caller's open
+    transaction: ``change`` is one data-modifying statement that RETURNs a row when it
+    changed something, and ``event`` is written only if it did. The change's row, or
+    None. One round trip where ``execute`` then ``append`` took two; the event is
+    published on commit as ``append``'s is, or else NOTIFYs the relays."""
+    if not conn.is_in_transaction():
+        raise RuntimeError("outbox.append_with_change must run inside a transaction")
+    row = outbox_row(event, aggregate)
+    relay = relay_on_commit(conn)
+    channel = None if relay is not None else notify_channel(event.source)
+    result = await conn.fetchrow(change_with_event_statement(change, None, len(args)), *args, *row, channel)
+    if result is not None and relay is not None:
+        after_commit(conn, partial(relay.publish_committed, [row]))
+    return result
 
 
 # This process's relay, which publishes the events its transactions commit (set by
@@ -92,9 +111,13 @@ def publishing_on_commit(relay: OutboxRelay) -> Iterator[None]:
         _RELAY.reset(token)
 
 
-def _relay_on_commit(conn: Connection) -> OutboxRelay | None:
+def relay_on_commit(conn: Connection) -> OutboxRelay | None:
     """The relay that will publish what ``conn``'s transaction appends once it commits,
-    if there is one (a running relay in this context, a ``commit_scope`` around it)."""
+    if there is one (a running relay in this context, a ``commit_scope`` around it).
+
+    For a statement of that transaction that writes outbox rows itself (the scheduler's
+    placements): with a relay, hand it the rows, ``after_commit(conn,
+    partial(relay.publish_committed, rows))``; without, the statement must NOTIFY."""
     relay = _RELAY.get()
     if relay is None or not relay.publishing_on_commit or not has_commit_scope(conn):
         return None

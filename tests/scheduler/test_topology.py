@@ -14,7 +14,6 @@ from services.monitor.ingest import HeartbeatIngest
 from services.monitor.settings import MonitorSettings
 from services.scheduler.model import PendingJob, TaskDemand
 from services.scheduler.planner import plan
-from services.scheduler.repository import SQL as SCHEDULER_SQL
 from services.scheduler.repository import load_snapshot
 from shared.db.pool import Database
 from shared.events import NodeTelemetry
@@ -96,7 +95,11 @@ async def test_cpus_and_memory_in_use_are_counted_from_the_placed_jobs_specs(db:
     )
     job_id = (await ApiRepository(db).submit_job(spec, "alice", None))["id"]
     await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
-    await db.execute(SCHEDULER_SQL.insert_allocation, job_id, 1, "w", 0, "n1", [0], False, False)
+    await db.execute(
+        "INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices)"
+        " VALUES ($1, 1, 'w', 0, 'n1', '{0}')",
+        job_id,
+    )
     await ApiRepository(db).submit_job(spec, "bob", None)  # the same demands, still pending
 
     async with db.transaction() as conn:

@@ -16,6 +16,7 @@ from shared.outbox import (
     OutboxRelay,
     append,
     append_many,
+    append_with_change,
     change_with_event,
     notify_channel,
 )
@@ -176,3 +177,43 @@ async def test_a_consequence_and_its_event_follow_the_change_only_when_it_change
     assert relay.published == 3  # on commit, each of them
     names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await stream_messages(bus)]
     assert names == ["p1 started", "whole started", "p2 started"]
+
+
+async def test_a_change_and_its_event_in_the_callers_transaction_commit_or_vanish_together(
+    db: Database, bus: NatsBus
+) -> None:
+    await db.execute("CREATE TABLE things (id text PRIMARY KEY, state text NOT NULL)")
+    await db.execute("INSERT INTO things VALUES ('a', 'NEW'), ('b', 'NEW')")
+    start = "UPDATE things SET state = 'STARTED' WHERE id = $1 AND state = 'NEW' RETURNING id, state"
+    with pytest.raises(RuntimeError, match="inside a transaction"):
+        async with db.connection() as conn:
+            await append_with_change(conn, start, ("a",), make_event("job-a"), aggregate="job-a")
+    relay = OutboxRelay(db, bus, source="test", poll_interval_s=30)
+    async with running_on_commit(relay):
+
+        async def write_then_fail() -> None:
+            async with db.transaction() as conn:
+                await append_with_change(conn, start, ("a",), make_event("job-a", "lost"), aggregate="job-a")
+                raise Abort
+
+        with pytest.raises(Abort):
+            await write_then_fail()
+        async with db.transaction() as conn:
+            changed = await append_with_change(
+                conn, start, ("a",), make_event("job-a", "a"), aggregate="job-a"
+            )
+            assert changed is not None
+            assert dict(changed) == {"id": "a", "state": "STARTED"}
+            # Nothing left to change: no row, and no event.
+            again = await append_with_change(
+                conn, start, ("a",), make_event("job-a", "again"), aggregate="job-a"
+            )
+            assert again is None
+            await append_with_change(conn, start, ("b",), make_event("job-a", "b"), aggregate="job-a")
+            assert relay.published == 0  # not before the commit
+        await until(lambda: relay.published == 2)
+    assert relay.published == 2  # on commit, by its own relay: its poll is 30 s away
+    assert await db.fetchval("SELECT count(*) FROM corral.outbox") == 2
+    assert await db.fetchval("SELECT count(*) FROM things WHERE state = 'STARTED'") == 2
+    names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await stream_messages(bus)]
+    assert names == ["a", "b"]

@@ -4,14 +4,29 @@ SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_reque
         WHERE p.job_id = j.id AND p.generation = j.generation) AS preempt_reason
 FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
 
--- name: allocations_of_generation
-SELECT a.task_role, a.task_index, a.node_id, a.gpu_indices, COALESCE(n.address, '127.0.0.1') AS host
-FROM scheduler.allocations a LEFT JOIN monitor.nodes n ON n.id = a.node_id
-WHERE a.job_id = $1 AND a.generation = $2 ORDER BY a.task_role, a.task_index;
-
--- name: ports_in_use_on_node
-SELECT ports FROM launcher.attempts
-WHERE node_id = $1 AND state IN ('ASSIGNED', 'STARTING', 'RUNNING');
+-- name: lock_job_with_allocations
+-- lock_job, with the placement of generation $2 and the ports live attempts hold on its
+-- nodes (one round trip, not three). The allocations were committed before the
+-- job.scheduled that brought us here, so the statement's snapshot has them even when it
+-- waited for the job's lock; ports are picked at random from a wide range
+-- (repository.free_ports), so one taken by an attempt committed meanwhile is as
+-- unlikely to be picked again as one committed just after.
+SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
+       (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'task_role', a.task_role, 'task_index', a.task_index, 'node_id', a.node_id,
+                   'gpu_indices', a.gpu_indices, 'host', coalesce(n.address, '127.0.0.1'))
+               ORDER BY a.task_role, a.task_index), '[]')
+        FROM scheduler.allocations a LEFT JOIN monitor.nodes n ON n.id = a.node_id
+        WHERE a.job_id = j.id AND a.generation = $2) AS allocations,
+       (SELECT coalesce(jsonb_object_agg(used.node_id, used.ports), '{}')
+        FROM (SELECT x.node_id, jsonb_agg(port) AS ports
+              FROM launcher.attempts x, jsonb_each(x.ports) AS labelled(label, numbers),
+                   jsonb_array_elements(labelled.numbers) AS port
+              WHERE x.state IN ('ASSIGNED', 'STARTING', 'RUNNING')
+                AND x.node_id IN (SELECT a.node_id FROM scheduler.allocations a
+                                  WHERE a.job_id = j.id AND a.generation = $2)
+              GROUP BY x.node_id) AS used) AS ports_in_use
+FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
 
 -- name: insert_attempt
 INSERT INTO launcher.attempts

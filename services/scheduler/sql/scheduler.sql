@@ -63,7 +63,7 @@ ORDER BY a.job_id, a.task_role, a.task_index;
 -- name: pending_queue
 -- The pending jobs, oldest first: what changes between cycles (version, waits, attained
 -- service). What they ask for never changes; pending_demands reads it once per job.
-SELECT id, version,
+SELECT id, version, generation,
        -- A job never placed (generation 0) has no attempts: no look-up for most of a queue.
        CASE WHEN generation = 0 THEN 0 ELSE
        (SELECT coalesce(sum(cardinality(x.gpu_indices)
@@ -90,16 +90,44 @@ SELECT id, priority, virtual_cluster, username,
 FROM api.jobs
 WHERE id = ANY($1::text[]);
 
--- name: mark_scheduled
-UPDATE api.jobs
-SET state = 'SCHEDULED', version = version + 1, generation = generation + 1, updated_at = now()
-WHERE id = $1 AND state = 'PENDING' AND version = $2
-RETURNING generation;
-
--- name: insert_allocation
-INSERT INTO scheduler.allocations
-    (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+-- name: commit_placements
+-- Every placement of a cycle, in one statement (one round trip, where a placement took
+-- three): each job still PENDING at the version the cycle read ($1, $2) becomes SCHEDULED
+-- as generation $3, with its allocations ($4..$11, one element per task instance; GPU
+-- indices as '{0,1}') and its job.scheduled ($12..$17, an outbox row's columns, in
+-- decision order). A job that changed since the read (e.g. cancelled) is skipped, and so
+-- are its allocations and its event. The events of $18 (their ids) NOTIFY the relays on
+-- channel $19 (the others the scheduler publishes itself on commit). Returns the jobs
+-- scheduled.
+WITH decided AS (
+    SELECT * FROM unnest($1::text[], $2::int[], $3::int[]) AS d(job_id, version, generation)),
+scheduled AS (
+    UPDATE api.jobs j
+    SET state = 'SCHEDULED', version = j.version + 1, generation = d.generation, updated_at = now()
+    FROM decided d
+    WHERE j.id = d.job_id AND j.state = 'PENDING' AND j.version = d.version
+      AND j.generation = d.generation - 1
+    RETURNING j.id),
+allocated AS (
+    INSERT INTO scheduler.allocations
+        (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
+    SELECT a.job_id, a.generation, a.task_role, a.task_index, a.node_id, a.gpu_indices::int[],
+           a.borrowed, a.promoted
+    FROM unnest($4::text[], $5::int[], $6::text[], $7::int[], $8::text[], $9::text[], $10::bool[],
+                $11::bool[])
+        AS a(job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
+    WHERE a.job_id IN (SELECT id FROM scheduled)),
+event AS (
+    INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+    SELECT e.event_id, e.subject, e.aggregate, e.part, e.payload, e.headers::jsonb
+    FROM unnest($12::text[], $13::text[], $14::text[], $15::smallint[], $16::bytea[], $17::text[])
+        WITH ORDINALITY AS e(event_id, subject, aggregate, part, payload, headers, n)
+    WHERE e.aggregate IN (SELECT id FROM scheduled)
+    ORDER BY e.n
+    RETURNING event_id, part)
+SELECT s.id,
+       (SELECT count(pg_notify($19, part::text)) FROM event WHERE event_id = ANY($18::text[])) AS notified
+FROM scheduled s;
 
 -- name: insert_preemption
 -- One decision per job generation; only a placed job can be preempted.
