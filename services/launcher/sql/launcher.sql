@@ -5,19 +5,23 @@ SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_reque
 FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
 
 -- name: lock_job_with_allocations
--- lock_job, with the placement of generation $2 and the ports live attempts hold on its
--- nodes (one round trip, not three). The allocations were committed before the
--- job.scheduled that brought us here, so the statement's snapshot has them even when it
--- waited for the job's lock; ports are picked at random from a wide range
--- (repository.free_ports), so one taken by an attempt committed meanwhile is as
--- unlikely to be picked again as one committed just after.
+-- lock_job, with the placement of generation $2 (the task instances with no attempt of
+-- that generation yet) and the ports live attempts hold on its nodes: one round trip,
+-- not three. The allocations were committed before the job.scheduled that brought us
+-- here, so the statement's snapshot has them even when it waited for the job's lock. An
+-- attempt committed meanwhile is not seen: the insert's conflict on the task's live
+-- attempt stops a second one, and ports are picked at random from a wide range
+-- (repository.free_ports), as they were when two launchers read the same ports at once.
 SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'task_role', a.task_role, 'task_index', a.task_index, 'node_id', a.node_id,
                    'gpu_indices', a.gpu_indices, 'host', coalesce(n.address, '127.0.0.1'))
                ORDER BY a.task_role, a.task_index), '[]')
         FROM scheduler.allocations a LEFT JOIN monitor.nodes n ON n.id = a.node_id
-        WHERE a.job_id = j.id AND a.generation = $2) AS allocations,
+        WHERE a.job_id = j.id AND a.generation = $2
+          AND NOT EXISTS (SELECT 1 FROM launcher.attempts x
+                          WHERE x.job_id = a.job_id AND x.generation = a.generation
+                            AND x.task_role = a.task_role AND x.task_index = a.task_index)) AS allocations,
        (SELECT coalesce(jsonb_object_agg(used.node_id, used.ports), '{}')
         FROM (SELECT x.node_id, jsonb_agg(port) AS ports
               FROM launcher.attempts x, jsonb_each(x.ports) AS labelled(label, numbers),
