@@ -1,20 +1,22 @@
-"""Composition root of the scheduler: leadership, the cycle, and its event consumers."""
+"""Composition root of the scheduler: leadership, the cycle, and what wakes it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from functools import partial
 
 from services.scheduler.cycle import Cycle
 from services.scheduler.dry_run import answer_dry_run
-from services.scheduler.handlers import JOB_EVENTS, NODE_EVENTS, wake_cycle
+from services.scheduler.handlers import RETIRED_CONSUMERS, WAKING_SUBJECTS
 from services.scheduler.leader import Leadership
 from services.scheduler.planner import PlanSettings
 from services.scheduler.settings import Settings
-from shared.bus import ConsumerSpec, run_consumer
 from shared.dry_run import DRY_RUN_QUEUE, DRY_RUN_SUBJECT
 from shared.gc_tuning import tune_garbage_collector
 from shared.service import run_service, service_resources
+
+log = logging.getLogger(__name__)
 
 
 async def serve(settings: Settings) -> None:
@@ -44,9 +46,12 @@ async def serve(settings: Settings) -> None:
                 ),
                 name="dry-run",
             )
-            for config in (JOB_EVENTS, NODE_EVENTS):
-                spec = ConsumerSpec(config, wake_cycle(cycle))
-                tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=config.durable)
+            tg.create_task(res.bus.watch(WAKING_SUBJECTS, cycle.wake), name="wake-ups")
+            for stream, durable in RETIRED_CONSUMERS:  # (gone already: nothing to do)
+                try:
+                    await res.bus.delete_consumer(stream, durable)
+                except ConnectionError as exc:  # housekeeping: not worth failing the start for
+                    log.warning("could not delete the retired consumer %s (%s)", durable, exc)
 
 
 def main() -> int:

@@ -1,39 +1,28 @@
-"""Event handlers: every event the scheduler listens to just wakes the cycle.
+"""What wakes the scheduler: every event it listens to just wakes the cycle.
 
-The cycle reads the truth from Postgres, so handlers need no state and no
-idempotency records: a redelivered or reordered event only causes one more cycle.
+The cycle reads the truth from Postgres, so these need no state, no idempotency records
+and no acknowledged delivery: they are watched as they pass (``NatsBus.watch``, a plain
+subscription), not consumed through a durable JetStream consumer, which had cost a fetch
+and an ack per event, two events per job, at NATS and here. A wake-up missed (the
+scheduler was disconnected, or is starting) is made up for by the periodic cycle
+(``CORRAL_SCHEDULER_CYCLE_INTERVAL_S``); a repeated one only causes one more cycle.
 """
 
 from __future__ import annotations
 
-from services.scheduler.cycle import Cycle
-from shared.bus import ConsumerConfig
-from shared.bus.consumer import Handler
 from shared.bus.streams import JOBS, NODES
-from shared.events import Event
 
-JOB_EVENTS = ConsumerConfig(
-    stream=JOBS.name,
-    durable="scheduler-jobs",
-    filter_subjects=(
-        "corral.job.submitted.>",
-        "corral.job.succeeded.>",
-        "corral.job.failed.>",
-        "corral.job.cancelled.>",
-        "corral.job.preempted.>",  # back in the queue, its GPUs free for whoever asked
-    ),
-    deliver_all=False,
+# Jobs that may want GPUs (submitted, or back in the queue after a preemption: its GPUs
+# free for whoever asked) and GPUs that came free; node changes (registered, drained,
+# undrained, unreachable) change what can be placed.
+WAKING_SUBJECTS = (
+    "corral.job.submitted.>",
+    "corral.job.succeeded.>",
+    "corral.job.failed.>",
+    "corral.job.cancelled.>",
+    "corral.job.preempted.>",
+    "corral.node.>",
 )
-NODE_EVENTS = ConsumerConfig(
-    stream=NODES.name,
-    durable="scheduler-nodes",
-    filter_subjects=("corral.node.>",),
-    deliver_all=False,
-)
-
-
-def wake_cycle(cycle: Cycle) -> Handler:
-    async def handle(_: Event) -> None:
-        cycle.wake()
-
-    return handle
+# The durable consumers that had fed the cycle, deleted at start where an older version
+# left them (a durable nobody pulls from stays on the server until deleted).
+RETIRED_CONSUMERS = ((JOBS.name, "scheduler-jobs"), (NODES.name, "scheduler-nodes"))

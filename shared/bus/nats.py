@@ -238,6 +238,29 @@ class NatsBus:
         finally:
             await listener.close()
 
+    async def watch(self, subjects: Sequence[str], passed: Callable[[], None]) -> None:
+        """Call ``passed`` each time a message on one of ``subjects`` goes by; runs until
+        cancelled. A plain core-NATS subscription: what JetStream stores is published on
+        the same subjects, so it sees the events too, with no consumer on the server, no
+        fetch and no ack per message.
+
+        For a reader that takes the truth from Postgres and only needs to know *when* to
+        look again (the scheduler's cycle): nothing is redelivered or replayed, so a
+        message missed while disconnected or lagging must be made up for by the reader's
+        own periodic look.
+        """
+
+        async def on_message(_: Msg) -> None:
+            passed()
+
+        subscriptions = [await self.nc.subscribe(subject, cb=on_message) for subject in subjects]
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for subscription in subscriptions:
+                with contextlib.suppress(Exception):  # the connection may be closing already
+                    await subscription.unsubscribe()
+
     async def request(self, subject: str, payload: bytes, timeout_s: float) -> bytes:
         """Ask whoever answers ``subject`` (core NATS request/reply) and return the answer.
         Raises ``TimeoutError`` when nobody answers in time (nobody listening included)."""

@@ -140,16 +140,16 @@ async def test_a_poison_message_is_dead_lettered_and_work_goes_on(
 ) -> None:
     bus = await NatsBus.connect(NatsSettings(url=nats_url))
     try:
-        # The scheduler's consumer takes only messages newer than itself: wait until it
-        # exists (the stack is "ready" once the API answers, which can be sooner).
+        # The launcher's consumer must exist before the message (the stack is "ready" once
+        # the API answers, which can be sooner).
         for _ in range(100):
             try:
-                await bus.js.consumer_info(JOBS.name, "scheduler-jobs")
+                await bus.js.consumer_info(JOBS.name, "launcher")
                 break
             except nats.js.errors.NotFoundError:
                 await asyncio.sleep(0.1)
         await bus.publish(
-            "corral.job.submitted.junk", b'{"type": "corral.job.submitted.v1", "oops": 1}', msg_id="p1"
+            "corral.job.scheduled.junk", b'{"type": "corral.job.scheduled.v1", "oops": 1}', msg_id="p1"
         )
     finally:
         await bus.close()
@@ -159,16 +159,17 @@ async def test_a_poison_message_is_dead_lettered_and_work_goes_on(
     assert job["state"] == "SUCCEEDED"
     conn = await asyncpg.connect(database_url)
     try:
-        for _ in range(100):  # the scheduler's periodic cycle may place the job first
+        for _ in range(100):
             rows = await conn.fetch("SELECT consumer, subject, reason FROM corral.dead_letters")
-            if "scheduler-jobs" in {row["consumer"] for row in rows}:
+            if "launcher" in {row["consumer"] for row in rows}:
                 break
             await asyncio.sleep(0.1)
     finally:
         await conn.close()
-    # Every consumer of the stream that took it (the API's webhook fan-in too) records it.
-    assert "scheduler-jobs" in {row["consumer"] for row in rows}
-    assert {row["subject"] for row in rows} == {"corral.job.submitted.junk"}
+    # Every consumer of the stream that took it records it (the API's webhook fan-in runs
+    # only while a webhook exists).
+    assert "launcher" in {row["consumer"] for row in rows}
+    assert {row["subject"] for row in rows} == {"corral.job.scheduled.junk"}
     assert all("invalid event" in row["reason"] for row in rows)
 
 

@@ -48,11 +48,12 @@ async def traced_stack(
 
 
 async def wait_for_span(
-    collector: OtlpCollector, trace_id: str, service: str, name: str, timeout_s: float = 20.0
+    collector: OtlpCollector, trace_id: str, service: str | None, name: str, timeout_s: float = 20.0
 ) -> None:
+    """Until the trace has a span ``name`` from ``service`` (None: from any)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if any(s.service == service and s.name == name for s in collector.trace(trace_id)):
+        if any(service in (None, s.service) and s.name == name for s in collector.trace(trace_id)):
             return
         await asyncio.sleep(0.1)
     names = sorted({f"{s.service}: {s.name}" for s in collector.trace(trace_id)})
@@ -73,8 +74,9 @@ async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
     assert root.service == "corral-api"
     assert root.kind == "SERVER"
     assert root.parent_span_id == ""
-    # The scheduler hears of the job's end last: its span closes the story.
-    await wait_for_span(otlp_collector, root.trace_id, "corral-scheduler", "process corral.job.succeeded")
+    # The job's end closes the story (the scheduler only watches events go by, to wake
+    # its cycle: it makes no span of them). Any service's relay may be the one to send it.
+    await wait_for_span(otlp_collector, root.trace_id, None, "send corral.job.succeeded")
     # Connected: one root, and every other span's parent is in the trace. Spans come from
     # seven processes in batches, a parent after its children: wait for the stragglers.
     orphans = await _orphans(otlp_collector, root)
@@ -96,12 +98,10 @@ async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
         "send corral.job.succeeded",
     ]
     steps = [
-        ("corral-scheduler", "process corral.job.submitted"),
         ("corral-scheduler", "schedule"),
         ("corral-launcher", "process corral.job.scheduled"),
         ("corral-agent-local", "process corral.task.assigned"),
         ("corral-agent-local", "start task"),
-        ("corral-scheduler", "process corral.job.succeeded"),
     ]
     missing = [name for name in sends if name not in names] + [step for step in steps if step not in by_name]
     assert not missing, f"missing {missing}; the trace has {sorted(by_name)}"
@@ -197,7 +197,6 @@ async def _check_metrics(stack: Stack, api_metrics: str, classification: str) ->
     assert _value(scheduler, "corral_scheduler_leader") == 1
     assert _value(scheduler, "corral_scheduler_placements_total") >= 1
     assert _value(scheduler, "corral_scheduler_cycle_duration_seconds_count") >= 1
-    assert _value(scheduler, "corral_events_consumed_total", consumer="scheduler-jobs", outcome="acked") >= 1
     # The agent's reports made the job RUNNING, then ended it.
     assert _value(agent, "corral_launch_latency_seconds_count") == 1
     assert _value(agent, "corral_job_start_latency_seconds_count") == 1
