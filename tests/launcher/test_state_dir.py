@@ -1,0 +1,64 @@
+"""Where a node agent keeps its tasks' pid and exit files by default: a directory of its
+home's own in shared memory, private to its user; the home's when shared memory cannot
+be trusted with it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from services.launcher import settings as launcher_settings
+from services.launcher.settings import Settings
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, home: Path) -> Settings:
+    monkeypatch.setenv("CORRAL_HOME", str(home))
+    monkeypatch.setenv("CORRAL_AGENT_NODE_ID", "node-a")
+    monkeypatch.delenv("CORRAL_AGENT_STATE_DIR", raising=False)
+    return Settings()
+
+
+def test_the_default_is_private_to_the_home_in_shared_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    shared_memory = tmp_path / "shm"
+    shared_memory.mkdir()
+    monkeypatch.setattr(launcher_settings, "SHARED_MEMORY", shared_memory)
+    one = _settings(monkeypatch, tmp_path / "one").state_dir
+    assert one.parent.parent == shared_memory
+    assert one.name == "node-a"
+    assert one.parent.stat().st_mode & 0o777 == 0o700
+    assert _settings(monkeypatch, tmp_path / "one").state_dir == one  # the same home, the same place
+    assert _settings(monkeypatch, tmp_path / "two").state_dir.parent != one.parent  # another home: its own
+
+    # Set explicitly, it is used as it is.
+    monkeypatch.setenv("CORRAL_AGENT_STATE_DIR", str(tmp_path / "mine"))
+    assert Settings().state_dir == tmp_path / "mine"
+
+
+def test_a_name_taken_in_shared_memory_or_no_shared_memory_falls_back_to_the_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    shared_memory = tmp_path / "shm"
+    shared_memory.mkdir()
+    monkeypatch.setattr(launcher_settings, "SHARED_MEMORY", shared_memory)
+    home = tmp_path / "home"
+    private = _settings(monkeypatch, home).state_dir.parent
+    private.rmdir()
+    # Someone made it a link to a place of their choosing.
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", private)
+    assert _settings(monkeypatch, home).state_dir == home.resolve() / "agent" / "node-a"
+    # Or left it readable by others.
+    private.unlink()
+    private.mkdir(mode=0o755)
+    private.chmod(0o755)
+    assert _settings(monkeypatch, home).state_dir == home.resolve() / "agent" / "node-a"
+
+    monkeypatch.setattr(launcher_settings, "SHARED_MEMORY", tmp_path / "none")
+    assert (
+        _settings(monkeypatch, tmp_path / "other").state_dir
+        == (tmp_path / "other").resolve() / "agent" / "node-a"
+    )
