@@ -268,8 +268,8 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
     )
     placed = {row["id"] for row in scheduled}
     if relay is not None:
-        passed = set(notified)
-        on_commit = [row for row in events if row[2] in placed and row[0] not in passed]
+        through_relays = set(notified)
+        on_commit = [row for row in events if row[2] in placed and row[0] not in through_relays]
         if on_commit:
             after_commit(conn, partial(relay.publish_committed, on_commit))
     return len(placed)

@@ -20,12 +20,18 @@ def _settings(monkeypatch: pytest.MonkeyPatch, home: Path) -> Settings:
     return Settings()
 
 
+@pytest.fixture
+def shared_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A stand-in for /dev/shm that this test alone writes in."""
+    directory = tmp_path / "shm"
+    directory.mkdir()
+    monkeypatch.setattr(launcher_settings, "SHARED_MEMORY", directory)
+    return directory
+
+
 def test_the_default_is_private_to_the_home_in_shared_memory(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shared_memory: Path
 ) -> None:
-    shared_memory = tmp_path / "shm"
-    shared_memory.mkdir()
-    monkeypatch.setattr(launcher_settings, "SHARED_MEMORY", shared_memory)
     one = _settings(monkeypatch, tmp_path / "one").state_dir
     assert one.parent.parent == shared_memory
     assert one.name == "node-a"
@@ -38,12 +44,10 @@ def test_the_default_is_private_to_the_home_in_shared_memory(
     assert Settings().state_dir == tmp_path / "mine"
 
 
+@pytest.mark.usefixtures("shared_memory")
 def test_a_name_taken_in_shared_memory_or_no_shared_memory_falls_back_to_the_home(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    shared_memory = tmp_path / "shm"
-    shared_memory.mkdir()
-    monkeypatch.setattr(launcher_settings, "SHARED_MEMORY", shared_memory)
     home = tmp_path / "home"
     private = _settings(monkeypatch, home).state_dir.parent
     private.rmdir()
