@@ -92,3 +92,19 @@ def _private_dir(parent: Path, name: str) -> Path | None:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
         return None
     return path
+
+
+def tidy_state_dir(state_dir: Path) -> None:
+    """On a clean stop, remove the default state directory in shared memory, and its
+    home's directory there, where they are empty: each stack (each test's) made its
+    own, and /dev/shm is memory. A directory with files in it stays: a task still
+    running keeps its pid file there, for the next agent to re-adopt it. A directory the
+    operator chose (``CORRAL_AGENT_STATE_DIR``) or the home's own is left as it is."""
+    private = state_dir.parent
+    if private.parent != SHARED_MEMORY or not private.name.startswith("corral-"):
+        return
+    for directory in (state_dir, private):  # the home's goes once no other node's is in it
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (or gone already)
+            return

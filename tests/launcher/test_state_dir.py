@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.launcher import settings as launcher_settings
-from services.launcher.settings import Settings
+from services.launcher.settings import Settings, tidy_state_dir
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, home: Path) -> Settings:
@@ -66,3 +66,30 @@ def test_a_name_taken_in_shared_memory_or_no_shared_memory_falls_back_to_the_hom
         _settings(monkeypatch, tmp_path / "other").state_dir
         == (tmp_path / "other").resolve() / "agent" / "node-a"
     )
+
+
+def test_a_clean_stop_removes_the_default_directories_only_where_nothing_is_left_in_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shared_memory: Path
+) -> None:
+    home = tmp_path / "home"
+    node_a = _settings(monkeypatch, home).state_dir
+    node_a.mkdir()
+    node_b = node_a.parent / "node-b"  # a second simulated node on the same home
+    node_b.mkdir()
+    (node_b / "attempt-1.pid").write_text("4242")  # a task still running there
+
+    tidy_state_dir(node_a)
+    assert not node_a.exists()
+    assert node_b.exists()  # the home's directory stays while another node's is in it
+    tidy_state_dir(node_b)
+    assert (node_b / "attempt-1.pid").exists()  # the next agent re-adopts that task
+
+    (node_b / "attempt-1.pid").unlink()
+    tidy_state_dir(node_b)
+    assert list(shared_memory.iterdir()) == []
+
+    # A directory the operator chose, or the home's own, is never removed.
+    for chosen in (tmp_path / "mine" / "node-a", home / "agent" / "node-a"):
+        chosen.mkdir(parents=True)
+        tidy_state_dir(chosen)
+        assert chosen.is_dir()

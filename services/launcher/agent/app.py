@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
-from services.launcher.agent.settings import Settings
+from services.launcher.agent.settings import Settings, tidy_state_dir
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
 from shared.service import every, run_service, service_resources
@@ -29,6 +30,14 @@ def assignments_consumer(node_id: str) -> ConsumerConfig:
 
 async def serve(settings: Settings) -> None:
     node_id = settings.agent.node_id
+    state_dir = settings.state_dir  # (made when read: read once)
+    try:
+        await _serve(settings, node_id, state_dir)
+    finally:
+        tidy_state_dir(state_dir)
+
+
+async def _serve(settings: Settings, node_id: str, state_dir: Path) -> None:
     async with (
         service_resources(f"agent-{node_id}", settings.common, event_source=SOURCE) as res,
         asyncio.TaskGroup() as tg,
@@ -38,7 +47,7 @@ async def serve(settings: Settings) -> None:
             tg,
             node_id=node_id,
             log_dir=settings.log_dir,
-            state_dir=settings.state_dir,
+            state_dir=state_dir,
             work_dir=settings.work_dir,
             stop_grace_s=settings.agent.stop_grace_s,
         )
