@@ -9,7 +9,11 @@ every job has ended, and prints one JSON line:
   task's process started (the attempt's ``started_at``), both stamped by Postgres' clock,
   measured on an idle cluster by ``--probes`` jobs submitted one at a time (so it is the
   platform's own latency, not time spent queueing for a GPU), once the node has
-  registered its GPUs (before, the first probe measured the node's start-up: ~0.5 s);
+  registered its GPUs (before, the first probe measured the node's start-up: ~0.5 s),
+  each probe once the one before has ended;
+- ``end_latency_p50_ms`` / ``_p99_ms``: the same probes' submit accepted to the job
+  ended (``finished_at``: SUCCEEDED recorded), what Ray's ~1.4 s from submit to a
+  trivial job's end (the launcher issue's anchor) measures;
 - ``loaded_start_latency_p50_ms`` / ``_p99_ms``: the same during the throughput run, where
   1000 jobs compete for 8 GPUs and most of it is queueing;
 - ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client;
@@ -19,6 +23,10 @@ every job has ended, and prints one JSON line:
 ``--statements N`` loads pg_stat_statements into the private Postgres and prints (to
 stderr) the N statements that took Postgres longest during the throughput run, with
 their calls and rows; the JSON line then carries ``postgres_statement_ms_per_job``.
+
+``--runs N`` runs it N times, each on a fresh stack, ``--pause-s`` apart (30 s: run back
+to back, this machine slows down run after run, docs/performance.md), prints each run's
+line to stderr, and prints the medians (``jobs_per_s_each_run`` lists every run's).
 
 ``--with-slurm`` also runs the Slurm peer (../shared/peers/slurm: setup.sh then
 bench.sh N, as root) in the same run, so both figures come from one machine, one time.
@@ -92,27 +100,33 @@ async def _wait_all_ended(conn: asyncpg.Connection, jobs: int, timeout_s: float)
     raise TimeoutError(f"only {ended} of {jobs} jobs ended in {timeout_s}s")
 
 
-async def _probe_start_latency(stack: BenchStack, conn: asyncpg.Connection, probes: int) -> list[float]:
-    """Submit jobs one at a time on an idle cluster; each one's submit → process start."""
+async def _probe(stack: BenchStack, conn: asyncpg.Connection, probes: int) -> tuple[list[float], list[float]]:
+    """Submit jobs one at a time on an idle cluster, each once the one before has ended:
+    each one's submit → process start, and submit → job ended."""
     spec = {**JOB, "name": "probe"}
     headers = {"Authorization": f"Bearer {stack.token()}"}
-    latencies = []
+    started, ended = [], []
     async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=30) as http:
         for _ in range(probes):
             job_id = (await http.post("/api/v1/jobs", json=spec)).raise_for_status().json()["id"]
-            for _ in range(1000):
-                ms = await conn.fetchval(
-                    """SELECT extract(epoch FROM a.started_at - j.created_at) * 1000
+            for _ in range(2000):
+                row = await conn.fetchrow(
+                    """SELECT extract(epoch FROM a.started_at - j.created_at) * 1000 AS started_ms,
+                              extract(epoch FROM j.finished_at - j.created_at) * 1000 AS ended_ms
                        FROM api.jobs j JOIN launcher.attempts a ON a.job_id = j.id
-                       WHERE j.id = $1 AND a.started_at IS NOT NULL""",
+                       WHERE j.id = $1 AND j.finished_at IS NOT NULL""",
                     job_id,
                 )
-                if ms is not None:
-                    latencies.append(float(ms))
+                if row is not None:
+                    if row["started_ms"] is None:
+                        raise RuntimeError(f"probe job {job_id} ended without starting: see its attempts")
+                    started.append(float(row["started_ms"]))
+                    ended.append(float(row["ended_ms"]))
                     break
-                await asyncio.sleep(0.01)
-    await _wait_all_ended(conn, probes, timeout_s=60)
-    return latencies
+                await asyncio.sleep(0.005)  # (when the next probe goes: not what is measured)
+            else:
+                raise TimeoutError(f"probe job {job_id} did not end within 10 s")
+    return started, ended
 
 
 async def _top_statements(conn: asyncpg.Connection, top: int, jobs: int) -> float:
@@ -155,7 +169,7 @@ async def measure(
 ) -> dict[str, Any]:
     conn = await asyncpg.connect(stack.database_url())
     try:
-        probe_latencies = await _probe_start_latency(stack, conn, probes)
+        probe_latencies, probe_ends = await _probe(stack, conn, probes)
         await _forget_the_probes(conn)
         if statements:
             await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -188,6 +202,8 @@ async def measure(
         "jobs_per_s": round(jobs / float(row["span"]), 1),
         "start_latency_p50_ms": round(statistics.median(probe_latencies), 1),
         "start_latency_p99_ms": round(_percentile(probe_latencies, 0.99), 1),
+        "end_latency_p50_ms": round(statistics.median(probe_ends), 1),
+        "end_latency_p99_ms": round(_percentile(probe_ends, 0.99), 1),
         "loaded_start_latency_p50_ms": round(statistics.median(latencies), 1),
         "loaded_start_latency_p99_ms": round(_percentile(latencies, 0.99), 1),
         "submit_p50_ms": round(statistics.median(round_trips), 1),
@@ -243,17 +259,54 @@ def main(argv: list[str] | None = None) -> int:
         "--statements", type=int, default=0, metavar="N", help="print the N statements Postgres spent most on"
     )
     parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
+    parser.add_argument(
+        "--runs", type=int, default=1, help="runs, each on a stack of its own; prints their medians"
+    )
+    parser.add_argument(
+        "--pause-s", type=float, default=30.0, help="rest between runs (this machine slows down under load)"
+    )
     args = parser.parse_args(argv)
+    if args.runs < 1 or args.pause_s < 0:
+        parser.error("--runs must be at least 1 and --pause-s at least 0")
+    results = []
+    for run in range(args.runs):
+        if run:
+            time.sleep(args.pause_s)
+        results.append(_run_once(args))
+        if args.runs > 1:
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    result = results[0] if args.runs == 1 else medians_of(results)
+    if args.with_slurm:
+        result["slurm"] = run_slurm_peer(min(args.jobs, 200))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def _run_once(args: argparse.Namespace) -> dict[str, Any]:
     # With --statements, the private Postgres loads pg_stat_statements.
     extra_env = {"CORRAL_PG_STATEMENTS": "1"} if args.statements else {}
     with private_stack(gpus=args.gpus, keep=args.keep, extra_env=extra_env) as stack:
         stack.wait_for_gpus(args.gpus)  # an idle cluster: its node registered
         result = asyncio.run(measure(stack, args.jobs, args.concurrency, args.probes, args.statements))
-    result = {"bench": "e2e", "gpus": args.gpus, **result}
-    if args.with_slurm:
-        result["slurm"] = run_slurm_peer(min(args.jobs, 200))
-    print(json.dumps(result), flush=True)
-    return 0
+    return {"bench": "e2e", "gpus": args.gpus, **result}
+
+
+def medians_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs as one line: each figure's median over the runs (per process for the
+    CPU), failed jobs summed, and every run's throughput as measured."""
+    merged: dict[str, Any] = {}
+    for key, value in results[0].items():
+        if key == "failed_jobs":
+            merged[key] = sum(r[key] for r in results)
+        elif isinstance(value, dict):
+            merged[key] = {name: round(statistics.median(r[key][name] for r in results), 2) for name in value}
+        elif isinstance(value, float):
+            merged[key] = round(statistics.median(r[key] for r in results), 2)
+        else:
+            merged[key] = value
+    merged["runs"] = len(results)
+    merged["jobs_per_s_each_run"] = [r["jobs_per_s"] for r in results]
+    return merged
 
 
 if __name__ == "__main__":

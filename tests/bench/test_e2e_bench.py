@@ -23,8 +23,36 @@ def test_a_small_run_with_statements_prints_them_and_one_json_line() -> None:
     assert (result["bench"], result["jobs"], result["failed_jobs"]) == ("e2e", 20, 0)
     assert result["jobs_per_s"] > 0
     assert 0 < result["start_latency_p50_ms"] <= result["start_latency_p99_ms"]
+    assert result["start_latency_p50_ms"] < result["end_latency_p50_ms"] <= result["end_latency_p99_ms"]
     assert result["cpu_ms_per_job"]["postgres"] > 0
     assert result["postgres_statement_ms_per_job"] > 0
     listed = done.stderr[done.stderr.index("Postgres statement time") :].splitlines()[1:6]
     assert len(listed) == 5
     assert all(" calls " in line and " rows | " in line for line in listed), listed
+
+
+@pytest.mark.timeout(240)
+def test_several_runs_print_each_and_then_their_medians() -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "bench.e2e",
+        "--jobs",
+        "10",
+        "--probes",
+        "2",
+        "--runs",
+        "2",
+        "--pause-s",
+        "0",
+    ]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"bench"')]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(runs) == 2
+    assert result["runs"] == 2
+    assert result["jobs_per_s_each_run"] == [run["jobs_per_s"] for run in runs]
+    assert min(result["jobs_per_s_each_run"]) <= result["jobs_per_s"] <= max(result["jobs_per_s_each_run"])
+    assert result["failed_jobs"] == 0
+    assert set(result["cpu_ms_per_job"]) == set(runs[0]["cpu_ms_per_job"])
