@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -65,7 +66,7 @@ class Settings(BaseSettings):
     def state_dir(self) -> Path:
         """Where the agent keeps its tasks' pid and exit files (``processes.TaskFiles``):
         ``CORRAL_AGENT_STATE_DIR``, else a directory of this home's own in shared memory
-        (tmpfs), else ``$CORRAL_HOME/agent/<node>``.
+        (tmpfs), made (mode 0700) when read, else ``$CORRAL_HOME/agent/<node>``.
 
         Shared memory because the files describe processes, which do not outlive the
         machine either (after a reboot, a task without them is settled as lost, as it
@@ -75,8 +76,17 @@ class Settings(BaseSettings):
             return self.agent.state_dir.resolve()
         home = self.common.paths.home.resolve()
         digest = hashlib.sha256(str(home).encode()).hexdigest()[:16]
-        private = _private_dir(SHARED_MEMORY, f"corral-{digest}")
-        return private / self.agent.node_id if private else home / "agent" / self.agent.node_id
+        for _ in range(2):
+            private = _private_dir(SHARED_MEMORY, f"corral-{digest}")
+            if private is None:
+                break
+            # The node's own directory is made now, not at its first task: another agent of
+            # this home that stops removes the home's directory only while no node's is in
+            # it (``tidy_state_dir``). Should it go between the two mkdirs, make both again.
+            with contextlib.suppress(FileNotFoundError):
+                (private / self.agent.node_id).mkdir(mode=0o700, exist_ok=True)
+                return private / self.agent.node_id
+        return home / "agent" / self.agent.node_id
 
 
 def _private_dir(parent: Path, name: str) -> Path | None:

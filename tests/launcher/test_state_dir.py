@@ -36,6 +36,7 @@ def test_the_default_is_private_to_the_home_in_shared_memory(
     assert one.parent.parent == shared_memory
     assert one.name == "node-a"
     assert one.parent.stat().st_mode & 0o777 == 0o700
+    assert one.stat().st_mode & 0o777 == 0o700
     assert _settings(monkeypatch, tmp_path / "one").state_dir == one  # the same home, the same place
     assert _settings(monkeypatch, tmp_path / "two").state_dir.parent != one.parent  # another home: its own
 
@@ -49,7 +50,9 @@ def test_a_name_taken_in_shared_memory_or_no_shared_memory_falls_back_to_the_hom
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    private = _settings(monkeypatch, home).state_dir.parent
+    state_dir = _settings(monkeypatch, home).state_dir
+    private = state_dir.parent
+    state_dir.rmdir()
     private.rmdir()
     # Someone made it a link to a place of their choosing.
     (tmp_path / "elsewhere").mkdir()
@@ -73,9 +76,10 @@ def test_a_clean_stop_removes_the_default_directories_only_where_nothing_is_left
 ) -> None:
     home = tmp_path / "home"
     node_a = _settings(monkeypatch, home).state_dir
-    node_a.mkdir()
-    node_b = node_a.parent / "node-b"  # a second simulated node on the same home
-    node_b.mkdir()
+    assert node_a.is_dir()  # made when read, so another agent's stop leaves the home's in place
+    monkeypatch.setenv("CORRAL_AGENT_NODE_ID", "node-b")  # a second simulated node on the same home
+    node_b = Settings().state_dir
+    assert node_b.parent == node_a.parent
     (node_b / "attempt-1.pid").write_text("4242")  # a task still running there
 
     tidy_state_dir(node_a)
