@@ -29,15 +29,15 @@ def assignments_consumer(node_id: str) -> ConsumerConfig:
 
 
 async def serve(settings: Settings) -> None:
-    node_id = settings.agent.node_id
     state_dir = settings.state_dir  # (made when read: read once)
     try:
-        await _serve(settings, node_id, state_dir)
+        await _serve(settings, state_dir)
     finally:
         tidy_state_dir(state_dir)
 
 
-async def _serve(settings: Settings, node_id: str, state_dir: Path) -> None:
+async def _serve(settings: Settings, state_dir: Path) -> None:
+    node_id = settings.agent.node_id
     async with (
         service_resources(f"agent-{node_id}", settings.common, event_source=SOURCE) as res,
         asyncio.TaskGroup() as tg,
