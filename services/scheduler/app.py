@@ -26,6 +26,7 @@ async def serve(settings: Settings) -> None:
         policy = PlanSettings(
             min_runtime_s=scheduler.min_runtime_s,
             preempt_for_service=scheduler.preempt_for_service,
+            move_to_defragment=scheduler.move_to_defragment,
             reserve_after_s=scheduler.reserve_after_s,
             starve_budget_share=scheduler.starve_budget_share,
         )

@@ -6,13 +6,20 @@ cycle places anyone, and that module has the placement, preemption and explanati
 
 A job's level is how many of ``service_thresholds_gpu_s`` its attained service has
 passed; a promoted job's is -1: it ranks before, and may preempt, every job of its
-priority. Promotion is the simulator's model's (``policy/starvation.py``): candidates
-(pending ``starve_after_s``, no wider than ``starve_max_share`` of the cluster) are
-promoted longest wait first while the promoted jobs — those already placed as promoted
-(``RunningJob.promoted``, kept in ``scheduler.allocations``) and those promoted now — hold
-at most ``starve_budget_share`` of the cluster's GPUs; the first that does not fit stops
-the promotions behind it, as an EASY reservation stops backfill, so the budget goes to
-the longest waits and the rest of the cluster stays with least attained service.
+priority. Candidates (pending ``starve_after_s``, no wider than ``starve_max_share`` of
+the cluster) are promoted longest wait first while the promoted jobs — those already
+placed as promoted (``RunningJob.promoted``, kept in ``scheduler.allocations``) and those
+promoted now — hold at most ``starve_budget_share`` of the cluster's GPUs; the first that
+does not fit stops the promotions behind it, as an EASY reservation stops backfill, so
+the budget goes to the longest waits and the rest of the cluster stays with least
+attained service.
+
+Each rule is there because the simpler form failed on the trace slices
+(docs/performance.md, "Scheduling policies"): with no budget, the guard promoted hundreds
+of jobs on the overloaded slices and cost them up to twice the average JCT; promoting
+64-GPU gangs, half of a 16-node cluster, for days cost more than every other promotion
+together, hence the width limit; and the limit itself is load-aware (starvation.py)
+because no fixed one suited both a lightly and a heavily loaded cluster.
 """
 
 from __future__ import annotations

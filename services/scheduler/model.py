@@ -212,6 +212,10 @@ class PlanSettings:
     # ladder is the simulator's Corral policy's (x4 from 900 GPU-s: 15 min on one GPU).
     service_thresholds_gpu_s: tuple[float, ...] = (900.0, 3600.0, 14400.0, 57600.0, 230400.0)
     preempt_for_service: bool = True
+    # Moves (moves.py): a job that the free GPUs could hold, but no one node's, has small
+    # borrowed jobs moved off the node closest to having room, when the other nodes' free
+    # GPUs can take them.
+    move_to_defragment: bool = True
     # The first job that waits for capacity holds a reservation (EASY backfill) only once
     # it has waited this long; before, jobs behind it that fit go ahead (Tiresias skips a
     # job that does not fit). 0: at once. Without run-time limits nothing can backfill a

@@ -133,6 +133,11 @@ class NodeIndex:
                 return count
         return 0
 
+    def holes(self, gpu_type: str) -> list[tuple[str, int]]:
+        """(node, free GPUs) of the type's nodes with some GPUs free, the most free first."""
+        buckets = self._buckets_of(gpu_type, None)
+        return [(node_id, count) for count in range(len(buckets) - 1, 0, -1) for node_id in buckets[count]]
+
     def best_fit(
         self,
         gpu_type: str,

@@ -33,15 +33,19 @@ the promoted ones hold at most half the cluster's GPUs, above every job of their
 priority: a promoted job may preempt any that is not promoted, and once placed (its
 allocation says so) is never preempted for service; jobs wider than a quarter of the
 cluster are never promoted.
-``bench.simulate --policy live`` replays the production traces through this very
-function (``policy/live.py``).
+``bench.simulate --policy corral`` replays the production traces through this very
+function (``policy/corral.py``).
 
 **Preemption**, always of the cheapest victims (borrowed first, then lowest priority, then
 least progress lost), and never of more jobs than the gang needs:
 - a guaranteed job reclaims borrowed GPUs (no minimum runtime: the quota is the owner's);
 - a job over its VC's quota may preempt its own VC's lower-priority guaranteed jobs that
   ran at least ``min_runtime_s`` (priority inside a VC);
-- any job may preempt *borrowed* jobs of lower priority that ran at least ``min_runtime_s``.
+- any job may preempt *borrowed* jobs of lower priority that ran at least ``min_runtime_s``;
+- a job that the free GPUs could hold, but no one node's, has small borrowed jobs of at
+  most its priority *moved* off the node closest to having room, when the other nodes'
+  free GPUs can take them all (``moves.py``): they restart there next cycle. Tried before
+  preempting for service, since a move leaves nobody waiting.
 Jobs already being preempted count as free GPUs for the job that asked, so a slow stop
 does not add victims cycle after cycle.
 
@@ -293,6 +297,11 @@ class _Planner:
             victims = self.victims.find(job, gpu_type, "priority")
             if victims is not None:
                 return self.preempt_for(job, victims, "preempted for a higher-priority job")
+        if self.settings.move_to_defragment:  # before service: a move stops nobody for long
+            for gpu_type in types:
+                victims = self.victims.find(job, gpu_type, "move")
+                if victims is not None:
+                    return self.preempt_for(job, victims, "moved to another node to make room for a job")
         if self.settings.preempt_for_service:
             for gpu_type in types:
                 victims = self.victims.find(job, gpu_type, "service", level=self.level_of(job))

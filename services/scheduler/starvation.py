@@ -7,8 +7,7 @@ wait that long there), while 2 days let a lightly loaded 80-node slice's tail gr
 FIFO's. So the limit follows the load: ``factor`` times the typical wait, and never less
 than ``min_wait_s``.
 
-The typical wait is the simulator's Corral model's (``policy/starvation.py``, which uses
-this class): a time-weighted moving average, time constant ``window_s``, of the queueing
+The typical wait is a time-weighted moving average, time constant ``window_s``, of the queueing
 delay (all its waits, before its first start and after every preemption) of jobs as they
 finish. Each completion moves it by weight ``max(1 - exp(-dt / window_s), MIN_WEIGHT)``,
 dt being the time since the previous completion: a time average in which a burst of
@@ -19,7 +18,7 @@ at its 12-hour floor, and the guard promoted so many jobs that it cost cluster02
 of its average JCT (docs/performance.md).
 
 The live cycle folds in the jobs that finished since it last looked, once a minute
-(``cycle.py``, ``repository.finished_waits``); the simulator's ``live`` policy as jobs finish.
+(``cycle.py``, ``repository.finished_waits``); the simulator's ``corral`` policy as jobs finish.
 """
 
 from __future__ import annotations

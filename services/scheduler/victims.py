@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from services.scheduler.model import PendingJob, PlanSettings, RunningJob
+from services.scheduler.moves import choose_movers
 from services.scheduler.placement import NodeIndex, place_gang, unplace
 
 # reclaim: a guaranteed job takes back borrowed GPUs; own_vc: a job within its VC's quota
 # preempts lower-priority jobs of its VC; priority: lower-priority borrowed jobs anywhere;
-# service: jobs of its VC (or borrowed ones) of its priority with more attained service.
-VictimRule = Literal["reclaim", "own_vc", "priority", "service"]
+# service: jobs of its VC (or borrowed ones) of its priority with more attained service;
+# move: small jobs that the other nodes' free GPUs can take, off the node it needs (moves.py).
+VictimRule = Literal["reclaim", "own_vc", "priority", "service", "move"]
 
 
 @dataclass
@@ -55,6 +57,7 @@ class VictimFinder:
         self._reclaimable: dict[str, list[RunningJob]] = {}  # by_cost's head, sorted on first use
         self._by_service: dict[str, list[RunningJob]] = {}  # highest service level first
         self._top_level: dict[str, int] = {}
+        self._on_node: dict[str, dict[str, list[RunningJob]]] = {}  # by type, then node: see on_node
         self.claimed: set[str] = set()  # victims promised to a job this cycle
         self.searches = 0
 
@@ -106,6 +109,16 @@ class VictimFinder:
             )
         return self._by_service[gpu_type]
 
+    def on_node(self, gpu_type: str) -> dict[str, list[RunningJob]]:
+        """The type's running jobs that hold GPUs on one node, by node (for moves)."""
+        by_node = self._on_node.get(gpu_type)
+        if by_node is None:
+            by_node = self._on_node[gpu_type] = {}
+            for running in self.running_on.get(gpu_type, ()):
+                if len(running.slices) == 1:
+                    by_node.setdefault(running.slices[0][0], []).append(running)
+        return by_node
+
     def top_level(self, gpu_type: str) -> int:
         """The highest service level among the running jobs of a type (-1: none runs)."""
         if gpu_type not in self._top_level:
@@ -145,6 +158,11 @@ class VictimFinder:
         if rule == "service":
             yield from self.service_candidates(job, gpu_type, level)
             return
+        if rule == "move":
+            on_node = self.on_node(gpu_type)
+            movers = choose_movers(job, gpu_type, self.index, on_node, self.claimed, self.settings)
+            yield from (Candidate(mover, free_already=False) for mover in movers or ())
+            return
         min_runtime = self.settings.min_runtime_s
         for running in self.by_cost(gpu_type, job.vc) if rule == "own_vc" else self.reclaimable(gpu_type):
             # The order is (stopping, borrowed, priority, ...): once past what the rule can
@@ -179,6 +197,8 @@ class VictimFinder:
             return None
         if rule == "service" and self.top_level(gpu_type) <= level:
             return None  # nobody is served more than the job: no search spent on it
+        if rule == "move" and self.index.free(gpu_type) < job.gpus:
+            return None  # no move can make room: no search spent on it
         self.searches += 1
         gap = quota_gap
         chosen: list[Candidate] = []

@@ -1,9 +1,10 @@
-"""Corral's starvation guard, replayed: a long job starved by a stream of short ones.
+"""Corral's policy replayed (``bench.simulate --policy corral``: the live planner itself,
+services/scheduler/policy/corral.py): a long job starved by a stream of short ones.
 
 One node of 4 GPUs. A 1-GPU job of 100 h arrives with the first of a wave of four 1-GPU
 jobs of 1,000 s every 1,000 s for three days: the node is always full of short jobs.
-Under plain LAS the long job, once demoted, waits for the stream to end;
-Corral promotes it once it has waited the guard's limit (12 h here, as the short jobs
+Under plain LAS the long job, once demoted, waits for the stream to end; Corral's
+starvation guard promotes it once it has waited the guard's floor (12 h: the short jobs
 hardly wait), and from then on it runs to the end.
 """
 
@@ -13,9 +14,10 @@ import pytest
 
 from bench.sim_engine import Finished, simulate
 from bench.traces import TraceJob
-from services.scheduler.policy.corral import STARVE_MIN_WAIT_S
+from services.scheduler.policy import Cluster, make_policy
+from services.scheduler.policy.corral import CorralPolicy
 from services.scheduler.policy.jobs import Job, JobId
-from services.scheduler.policy.starvation import StarvationGuard
+from services.scheduler.starvation import StarvationRule
 
 WAVES = 3 * 86400 // 1000
 
@@ -37,25 +39,31 @@ def test_las_starves_the_long_job_until_the_stream_ends() -> None:
     assert _long("las", 1).queue_s >= (WAVES - 4) * 1000  # it ran only the first hour or so
 
 
-def test_corral_promotes_the_long_job_once_it_has_waited_the_limit() -> None:
+def test_corral_lets_a_starved_long_job_through_and_keeps_it_running() -> None:
+    """The guard promotes it after its floor, and though the jobs it then delays raise the
+    load-aware limit past its wait, it is not preempted again."""
     long = _long("corral", 1)
-    assert long.queue_s == pytest.approx(STARVE_MIN_WAIT_S)
-    assert long.preemptions == 1  # demoted at 900 GPU-s, then never preempted again
+    assert long.queue_s == pytest.approx(StarvationRule().min_wait_s, abs=600)
+    assert long.preemptions == 1  # demoted once by the stream, then promoted for good
 
 
 def test_a_job_wider_than_a_quarter_of_the_cluster_is_not_promoted() -> None:
     assert _long("corral", 2).queue_s >= (WAVES - 4) * 1000
 
 
-def test_the_limit_follows_the_typical_wait_of_finished_jobs() -> None:
-    guard = StarvationGuard(min_wait_s=100.0, factor=10.0, time_constant_s=1000.0, share=1.0, max_width=1.0)
-    assert guard.limit_s() == 100.0
-    done = Job(JobId("done"), 0, 0.0, 1, "vc")
-    done.waited_s = 50.0
-    guard.finished(done, now=10.0)
-    assert guard.limit_s() == 500.0  # 10 x the first finished job's wait
+def test_the_simulators_corral_is_the_live_planner() -> None:
+    assert isinstance(make_policy("corral"), CorralPolicy)
 
 
-def test_a_budget_smaller_than_the_widest_promotable_job_is_refused() -> None:
-    with pytest.raises(ValueError, match="max_width <= share"):
-        StarvationGuard(min_wait_s=1.0, factor=1.0, time_constant_s=1.0, share=0.2, max_width=0.25)
+def test_a_job_back_from_preemption_keeps_its_place_by_submission() -> None:
+    """The replay hands the planner its pending jobs as the live cycle reads them, by
+    submission (``ORDER BY created_at``): a preempted job that comes back is not sent
+    behind the jobs submitted after it."""
+    first, second = Job(JobId("first"), 0, 0.0, 4, "vc"), Job(JobId("second"), 1, 10.0, 4, "vc")
+    for back in (first, second):  # both ran 1,000 GPU-s before: one service level
+        back.attained_gpu_s = 1000.0
+    replay = CorralPolicy()
+    replay.submit(second, 20.0)
+    replay.submit(first, 30.0)  # preempted last, so back in the queue last
+    started = replay.schedule(40.0, Cluster(1, 4)).started
+    assert [job.id for job in started] == ["first"]

@@ -181,6 +181,12 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
         if not victim.borrowed:
             assert victim.runtime_s >= 100, "a guaranteed job ran its minimum before priority took it"
         assert preemption.for_job not in {d.job.job_id for d in result.decisions}
+        if preemption.reason.startswith("moved"):  # moves.py: small borrowed jobs, never promoted ones
+            assert victim.borrowed
+            assert victim.priority <= job.priority
+            assert not victim.promoted
+            assert victim.gpus < job.gpus
+            assert len(victim.slices) == 1
     placed = [d.job.job_id for d in result.decisions]
     waiting = [w.job_id for w in result.waiting]
     assert sorted(placed + waiting) == sorted(asking), "every pending job is placed or has one reason"

@@ -1,20 +1,13 @@
 """Least attained service in the live policy: the duration-blind order and preemption that
-the simulator measures (``bench.simulate --policy live``), and its starvation guard.
+the simulator measures (``bench.simulate --policy corral``), and its starvation guard.
 
 One cycle over a hand-made snapshot each, as in test_planner.py.
 """
 
 from __future__ import annotations
 
-import pytest
-
 from services.scheduler.model import PlanSettings, RunningJob
 from services.scheduler.planner import plan
-from services.scheduler.policy.cluster import Cluster
-from services.scheduler.policy.jobs import Job, JobId
-from services.scheduler.policy.live import LivePlanner
-from services.scheduler.starvation import StarvationRule
-from tests.scheduler.test_corral_policy import _long
 from tests.scheduler.test_planner import VCS, job, node, running
 
 HOUR = 3600.0
@@ -122,31 +115,6 @@ def test_before_its_reservation_time_a_job_that_does_not_fit_lets_smaller_ones_g
     )
     assert late.decisions == []  # it waited past the limit: it holds a reservation (EASY)
     assert [w.reason for w in late.waiting][1] == "Priority"
-
-
-def test_replayed_the_live_guard_lets_a_starved_long_job_through_and_keeps_it_running() -> None:
-    """The stream of tests/scheduler/test_corral_policy.py through the live planner
-    (``--policy live``): least attained service alone would starve the 100-hour job for
-    three days; the guard promotes it after its floor (the short jobs hardly wait), and
-    though the jobs it then delays raise the load-aware limit past its wait, it is not
-    preempted again."""
-    long = _long("live", 1)
-    assert long.queue_s == pytest.approx(StarvationRule().min_wait_s, abs=600)
-    assert long.preemptions == 1  # demoted once by the stream, then promoted for good
-
-
-def test_replayed_a_job_back_from_preemption_keeps_its_place_by_submission() -> None:
-    """``--policy live`` hands the planner its pending jobs as the live cycle reads them,
-    by submission (``ORDER BY created_at``): a preempted job that comes back is not sent
-    behind the jobs submitted after it."""
-    first, second = Job(JobId("first"), 0, 0.0, 4, "vc"), Job(JobId("second"), 1, 10.0, 4, "vc")
-    for back in (first, second):  # both ran 1,000 GPU-s before: one service level
-        back.attained_gpu_s = 1000.0
-    replay = LivePlanner()
-    replay.submit(second, 20.0)
-    replay.submit(first, 30.0)  # preempted last, so back in the queue last
-    started = replay.schedule(40.0, Cluster(1, 4)).started
-    assert [job.id for job in started] == ["first"]
 
 
 def test_within_a_service_level_a_gang_too_wide_to_be_promoted_is_preempted_last() -> None:

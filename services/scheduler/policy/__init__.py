@@ -3,11 +3,10 @@ trace-driven simulator (`bench/simulate.py`): they take the pending and running 
 a `Cluster` and return a `Round` of starts and preemptions, with no I/O and no clock of
 their own.
 
-The live scheduler runs `services/scheduler/planner.py` (quotas, borrowing, priority,
-fair share, backfill, least attained service and the same starvation guard); `live.py`
-replays a trace through that very function (``--policy live``), while `corral.py` is the
-simulator's model of the policy, which the planner was brought up to
-(docs/performance.md, "Scheduling policies").
+Corral's own policy is not modelled here: `corral.py` replays a trace through the live
+scheduler's `services/scheduler/planner.py` itself (quotas, borrowing, priority, fair
+share, backfill, least attained service, the starvation guard, moves), so the simulator
+measures the code that runs in production.
 
 - cluster.py — nodes x GPUs and best-fit gang placement (fewest nodes, whole nodes for
   big gangs).
@@ -16,8 +15,8 @@ simulator's model of the policy, which the planner was brought up to
 - priority.py — the shared engine: priority order, gangs, optional preemption.
 - fifo.py, oracle.py, las.py — the baselines: fifo, fifo_bf (EASY), sjf, sjf_skip,
   srtf, las.
-- corral.py — Corral's default, duration-blind policy; starvation.py — its starvation guard.
-- live.py — the live scheduler's ``planner.plan`` behind the same protocol (``live``).
+- corral.py — Corral's duration-blind policy: the live scheduler's ``planner.plan``
+  behind the same protocol.
 
 `make_policy` builds one by name; the oracle baselines need the true durations, passed
 explicitly, which is what keeps the others duration-blind.
@@ -31,14 +30,13 @@ from services.scheduler.policy.corral import CorralPolicy
 from services.scheduler.policy.fifo import Fifo, FifoBackfill
 from services.scheduler.policy.jobs import Job, JobId, Oracle
 from services.scheduler.policy.las import LeastAttainedService
-from services.scheduler.policy.live import LivePlanner
 from services.scheduler.policy.oracle import (
     ShortestJobFirst,
     ShortestJobFirstSkip,
     ShortestRemainingTimeFirst,
 )
 
-POLICIES = ("fifo", "fifo_bf", "sjf", "sjf_skip", "srtf", "las", "corral", "live")
+POLICIES = ("fifo", "fifo_bf", "sjf", "sjf_skip", "srtf", "las", "corral")
 NEEDS_ORACLE = frozenset({"fifo_bf", "sjf", "sjf_skip", "srtf"})
 
 
@@ -65,8 +63,6 @@ def make_policy(name: str, oracle: Oracle | None = None) -> Policy:
             return LeastAttainedService()
         case "corral":
             return CorralPolicy()
-        case "live":
-            return LivePlanner()
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
 
 

@@ -1,94 +1,166 @@
-"""Corral's default policy: multi-level least attained service with a starvation guard.
+"""Corral's policy in the simulator: the live scheduler's ``planner.plan`` behind the
+``Policy`` protocol.
 
-Duration-blind: it reads attained service and waiting time only — both known to a real
-scheduler — and is never given an `Oracle`.
+One implementation: ``bench.simulate --policy corral`` replays a trace through the very
+code the live service runs each cycle, so its figures are the live service's (least
+attained service, the starvation guard, moves; planner.py), not a model's. Each
+round builds the snapshot a live cycle reads from Postgres — ready nodes with their free
+GPUs, running jobs with their slices, run time and attained service, pending jobs in
+submission order with theirs — calls ``plan`` and applies its decisions to the
+simulator's cluster and jobs. A trace has no quotas: every job is in VC ``default`` (no
+quota, so it runs as borrowed), its trace VC is its user (fair share between them), all
+at one priority; a gang of up to a node's GPUs is one task, a bigger one whole nodes.
 
-Why LAS: GPU job run times are heavy-tailed and unknown, and a job that has already run
-long is likely to run longer still. Serving the least attained service first (Tiresias)
-approximates shortest-remaining-time-first without knowing any duration: new and short
-jobs overtake the long ones and finish fast, which is what average JCT rewards.
-
-Why more queues than Tiresias' two: with one threshold, every job past it is served
-first come first served, so a job that has run 2 GPU-hours waits behind one that has run
-200. Thresholds growing x4 from 900 GPU-seconds (900, 3.6k, 14.4k, 57.6k, 230k) keep the
-order close to true LAS for the whole range of durations in the traces, while a job
-still changes queue only a handful of times (each change is one wake-up, not a tick).
-Measured on the bench slices this cut average JCT by 10-25% against the two-queue
-version (see the simulator report).
-
-Queue order, preemption and placement are the Tiresias ones (las.py, priority.py): queues
-in order, first come first served within a queue, a job preempts only jobs of lower
-queues, a job that cannot fit is skipped.
-
-Why a starvation guard: LAS starves long jobs under sustained load, preempted by every
-wave of arrivals, so its tail of queueing delay is worse than FIFO's. The guard
-(starvation.py) promotes jobs whose total wait exceeds a load-aware limit, longest wait
-first, within a GPU budget; a promoted job ranks above every other, may preempt any job
-that is not promoted, and is never preempted, so once it runs it finishes. The defaults:
-a wait of at least 12 h and 12x the typical wait (moving average over ~7 days), promoted
-jobs holding at most half of the cluster, jobs wider than a quarter of it never promoted.
-Measured on the bench slices they bring the p99.9 queueing delay under FIFO with EASY
-backfill's on all four, for at most a few per cent of average JCT (docs/performance.md).
+Preemptions stop their victims at once (the simulator's assumption for every policy) and
+the planner runs again in the same instant, as the live cycle is woken by the stop, so
+the job that asked is placed without waiting for the next arrival or completion.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+import bisect
+from dataclasses import replace
+from operator import attrgetter
 
+from services.scheduler.model import (
+    LIVE_RESERVE_AFTER_S,
+    NodeCapacity,
+    PendingJob,
+    PlanSettings,
+    RunningJob,
+    TaskDemand,
+)
+from services.scheduler.planner import plan
 from services.scheduler.policy.base import Round
-from services.scheduler.policy.cluster import Cluster
+from services.scheduler.policy.cluster import Cluster, Placement, Slice
 from services.scheduler.policy.jobs import Job
-from services.scheduler.policy.las import LasQueues
-from services.scheduler.policy.priority import Key, PriorityPolicy
-from services.scheduler.policy.starvation import StarvationGuard
+from services.scheduler.starvation import StarvationRule, TypicalWait
 
-DEFAULT_THRESHOLDS_GPU_S = (900.0, 3600.0, 14400.0, 57600.0, 230400.0)
-# The starvation guard's defaults (starvation.py; why these: docs/performance.md).
-STARVE_MIN_WAIT_S = 12 * 3600.0
-STARVE_FACTOR = 12.0  # promote past this many times the typical wait
-STARVE_TIME_CONSTANT_S = 7 * 86400.0
-STARVE_SHARE = 0.5  # of the cluster's GPUs, for promoted jobs together
-STARVE_MAX_WIDTH = 0.25  # of the cluster's GPUs: wider jobs are never promoted
+GPU_TYPE = "GPU"
+MAX_REPLANS = 4  # rounds of "preempt, then place" in one instant
 
 
-class CorralPolicy(PriorityPolicy):
+class CorralPolicy:
     name = "corral"
     preemptive = True
 
     def __init__(
-        self,
-        thresholds_gpu_s: Sequence[float] = DEFAULT_THRESHOLDS_GPU_S,
-        guard: StarvationGuard | None = None,
+        self, settings: PlanSettings | None = None, starvation: StarvationRule | None = None
     ) -> None:
-        super().__init__()
-        self.queues = LasQueues(thresholds_gpu_s)
-        self.guard = guard or StarvationGuard(
-            STARVE_MIN_WAIT_S, STARVE_FACTOR, STARVE_TIME_CONSTANT_S, STARVE_SHARE, STARVE_MAX_WIDTH
-        )
+        """``starvation``: the load-aware limit the live cycle uses (the default); None with
+        ``settings`` given: the fixed limits in ``settings``."""
+        self.settings = settings or PlanSettings(reserve_after_s=LIVE_RESERVE_AFTER_S)
+        self.starvation = starvation if starvation is not None or settings is not None else StarvationRule()
+        self.typical = TypicalWait(self.starvation.window_s if self.starvation else 1.0)
+        # Not in submission order once a preempted job comes back: ``_in_submission_order``.
+        self.pending: dict[str, Job] = {}
+        self.running: dict[str, Job] = {}
+        self.promoted: set[str] = set()  # running jobs placed as promoted (allocations.promoted)
+        self._per_node = 8
 
-    def pending_key(self, job: Job, now: float) -> Key:
-        if self.guard.promoted(job):
-            return (0, job.submit_s)
-        queue, entered = self.queues.queue_of(job, now)
-        return (1 + queue, entered)
-
-    def victim_bound(self, pending_key: Key, _now: float) -> Key:
-        return (pending_key[0], math.inf)  # only jobs of lower classes are victims
-
-    def next_change(self, job: Job, now: float) -> float | None:
-        if self.guard.promoted(job):
-            return None  # top rank for good
-        if job.running:
-            return self.queues.next_demotion(job, now)
-        return self.guard.candidate_at(job, now)
-
-    def schedule(self, now: float, cluster: Cluster) -> Round:
-        for job in self.guard.promote(now, cluster.total_gpus):
-            self.pending.rekey(job, self.pending_key(job, now))
-        return super().schedule(now, cluster)
+    def submit(self, job: Job, now: float) -> None:
+        self.pending[job.id] = job
 
     def finished(self, job: Job, now: float) -> None:
-        super().finished(job, now)
-        self.queues.forget(job)
-        self.guard.finished(job, now)
+        self.running.pop(job.id, None)
+        self.typical.finished(now, job.waited_s)
+        self.promoted.discard(job.id)
+
+    def wake_at(self, job: Job, now: float) -> float | None:
+        """When a running job's attained service crosses its next threshold: its service
+        level then rises, and jobs below it may preempt it."""
+        if not job.running:
+            return None
+        thresholds = self.settings.service_thresholds_gpu_s
+        attained = job.attained_at(now)
+        nxt = bisect.bisect_right(thresholds, attained)
+        if nxt == len(thresholds):
+            return None
+        return now + (thresholds[nxt] - attained) / job.gpus
+
+    def schedule(self, now: float, cluster: Cluster) -> Round:
+        decided = Round()
+        self._per_node = cluster.gpus_per_node
+        settings = self.settings
+        if self.starvation is not None:
+            settings = replace(
+                settings,
+                starve_after_s=self.starvation.limit(self.typical.value),
+            )
+        for _ in range(MAX_REPLANS):
+            if not self.pending:
+                break
+            result = plan(
+                [self._pending_job(job, now) for job in self._in_submission_order()],
+                self._nodes(cluster),
+                running=[self._running_job(job, now) for job in self.running.values()],
+                settings=settings,
+            )
+            for decision in result.decisions:
+                job = self.pending.pop(decision.job.job_id)
+                if decision.promoted:
+                    self.promoted.add(job.id)
+                placement = Placement(
+                    tuple(Slice(int(p.node_id), p.gpu_indices) for p in decision.placements if p.gpu_indices)
+                )
+                cluster.claim(placement)
+                job.start(now, placement)
+                self.running[job.id] = job
+                decided.started.append(job)
+            for preemption in result.preemptions:
+                victim = self.running.pop(preemption.job_id)
+                self.promoted.discard(victim.id)
+                cluster.release(victim.stop(now))
+                victim.preemptions += 1
+                self.pending[victim.id] = victim
+                decided.preempted.append(victim)
+            if not result.preemptions:
+                break
+        return decided
+
+    def _in_submission_order(self) -> list[Job]:
+        """The pending jobs as the live cycle reads them (``ORDER BY created_at``): a
+        preempted job keeps its place by submission, it does not go to the back. (Sending
+        them to the back, as this adapter once did, cost cluster02 4% of average JCT and
+        made the replay a worse model of the live service.) Timsort on an almost sorted
+        list: about linear."""
+        return sorted(self.pending.values(), key=attrgetter("seq"))
+
+    def _nodes(self, cluster: Cluster) -> list[NodeCapacity]:
+        return [
+            NodeCapacity(
+                str(node),
+                list(cluster.free_gpus_on(node)),
+                total_gpus=cluster.gpus_per_node,
+                gpu_type=GPU_TYPE,
+            )
+            for node in range(cluster.nodes)
+        ]
+
+    def _tasks(self, gpus: int, per_node: int) -> tuple[TaskDemand, ...]:
+        if gpus <= per_node:
+            return (TaskDemand("main", 1, gpus),)
+        whole, rest = divmod(gpus, per_node)
+        return (TaskDemand("main", whole, per_node),) + ((TaskDemand("rest", 1, rest),) if rest else ())
+
+    def _pending_job(self, job: Job, now: float) -> PendingJob:
+        return PendingJob(
+            job.id,
+            1,
+            0,
+            self._tasks(job.gpus, self._per_node),
+            user=job.vc,
+            gpu_type=GPU_TYPE,
+            attained_gpu_s=job.attained_gpu_s,
+            waited_s=job.waited_at(now),
+        )
+
+    def _running_job(self, job: Job, now: float) -> RunningJob:
+        assert job.placement is not None
+        slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
+        running = RunningJob(
+            job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True, promoted=job.id in self.promoted
+        )
+        return replace(
+            running, runtime_s=now - job.since_s, attained_gpu_s=job.attained_at(now), waited_s=job.waited_s
+        )

@@ -1,0 +1,117 @@
+"""Moves (services/scheduler/moves.py): a job that the free GPUs could hold, but no single
+node's, gets small jobs moved off the node closest to having room, when the other nodes'
+free GPUs can take them; one cycle over a hand-made snapshot each, as in test_planner.py,
+and the next cycle after the moved jobs stopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.sim_engine import simulate
+from bench.traces import TraceJob
+from services.scheduler.model import NodeCapacity, PlanSettings, RunningJob
+from services.scheduler.planner import plan
+from tests.scheduler.test_planner import VCS, job, node, running
+
+SETTINGS = PlanSettings(min_runtime_s=300)
+
+
+def _small(job_id: str, node_id: str, gpu: int, **fields: object) -> RunningJob:
+    """A 1-GPU borrowed job that ran 10 minutes (past the minimum runtime)."""
+    return running(job_id, node_id, 1, first=gpu, **{"borrowed": True, "runtime_s": 600, **fields})
+
+
+def _half_full(node_id: str, prefix: str, **fields: object) -> list[RunningJob]:
+    return [_small(f"{prefix}{gpu}", node_id, gpu, **fields) for gpu in range(4)]
+
+
+def test_small_jobs_move_off_one_node_and_the_job_gets_it_next_cycle() -> None:
+    nodes = [node("n0", 4), node("n1", 4)]  # 8 free GPUs, 4 on each node
+    smalls = _half_full("n0", "a") + _half_full("n1", "b")
+    result = plan([job("gang", 8)], nodes, running=smalls, vcs=VCS, settings=SETTINGS)
+    assert result.decisions == []
+    assert sorted(p.job_id for p in result.preemptions) == ["a0", "a1", "a2", "a3"]
+    assert all(p.reason.startswith("moved to another node") for p in result.preemptions)
+    assert result.waiting[0].reason == "WaitingForPreemption"
+
+    # Next cycle: the moved jobs stopped and wait again, ahead of the gang (less served);
+    # best fit puts them in n1's holes, and the gang gets n0.
+    moved = [job(f"a{gpu}", 1, attained_gpu_s=600.0) for gpu in range(4)]
+    gang = job("gang", 8, attained_gpu_s=8 * 3600.0)
+    nodes = [node("n0", 8), node("n1", 4)]
+    again = plan([*moved, gang], nodes, running=smalls[4:], vcs=VCS, settings=SETTINGS)
+    assert again.preemptions == []
+    assert {d.job.job_id: d.placements[0].node_id for d in again.decisions} == {
+        "a0": "n1",
+        "a1": "n1",
+        "a2": "n1",
+        "a3": "n1",
+        "gang": "n0",
+    }
+
+
+def test_the_node_needing_the_fewest_gpus_moved_is_cleared() -> None:
+    nodes = [node("n0", 4), node("n1", 6), node("n2", 2)]
+    smalls = [*_half_full("n0", "a"), _small("b0", "n1", 0), _small("b1", "n1", 1)]
+    smalls += [running(f"c{i}", "n2", 2, first=2 * i, borrowed=True, runtime_s=600) for i in range(3)]
+    result = plan([job("gang", 8)], nodes, running=smalls, vcs=VCS, settings=SETTINGS)
+    assert sorted(p.job_id for p in result.preemptions) == ["b0", "b1"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"borrowed": False, "vc": "default"},  # guaranteed: never moved
+        {"priority": 5},  # higher priority than the job
+        {"runtime_s": 100},  # restarted less than the minimum runtime ago
+        {"promoted": True},  # the starvation guard's: never stopped for service
+    ],
+    ids=["guaranteed", "higher-priority", "too-young", "promoted"],
+)
+def test_jobs_that_must_not_be_stopped_are_not_moved(fields: dict[str, object]) -> None:
+    nodes = [node("n0", 4), node("n1", 4)]
+    smalls = _half_full("n0", "a", **fields) + _half_full("n1", "b", **fields)
+    result = plan([job("gang", 8)], nodes, running=smalls, vcs=VCS, settings=SETTINGS)
+    assert result.preemptions == []
+    assert result.waiting[0].reason == "Fragmented"
+
+
+def test_nothing_moves_unless_the_other_nodes_can_take_every_moved_job() -> None:
+    # 8 free GPUs, but clearing n0 means moving a 2-GPU job into holes of one GPU each.
+    nodes = [node("n0", 6), node("n1", 1), node("n2", 1)]
+    smalls = [running("pair", "n0", 2, borrowed=True, runtime_s=600)]
+    smalls += [running(f"r{n}", f"n{n}", 7, borrowed=True, runtime_s=10) for n in (1, 2)]
+    result = plan([job("gang", 8)], nodes, running=smalls, vcs=VCS, settings=SETTINGS)
+    assert result.preemptions == []
+    assert result.waiting[0].reason == "Fragmented"
+
+
+def test_moves_can_be_turned_off() -> None:
+    nodes = [node("n0", 4), node("n1", 4)]
+    smalls = _half_full("n0", "a") + _half_full("n1", "b")
+    off = PlanSettings(min_runtime_s=300, move_to_defragment=False, preempt_for_service=False)
+    result = plan([job("gang", 8)], nodes, running=smalls, vcs=VCS, settings=off)
+    assert result.preemptions == []
+    assert result.waiting[0].reason == "Fragmented"
+
+
+def test_a_job_that_no_node_can_hold_moves_nothing() -> None:
+    nodes = [NodeCapacity(n, [4, 5, 6, 7], total_gpus=8, gpu_type="H100") for n in ("n0", "n1", "n2")]
+    smalls = _half_full("n0", "a") + _half_full("n1", "b") + _half_full("n2", "c")
+    result = plan([job("wide", 12)], nodes, running=smalls, vcs=VCS, settings=SETTINGS)
+    assert not any(p.reason.startswith("moved") for p in result.preemptions)
+
+
+def test_replayed_a_move_starts_the_job_at_once_and_the_moved_jobs_lose_no_time() -> None:
+    """Through the simulator's ``corral`` policy (the planner itself): two 4-GPU nodes
+    filled by eight 1-GPU jobs; one job on each node ends at 1,000 s, leaving a hole of
+    one GPU on each, and a 2-GPU job arrives. The moved job restarts in the other
+    node's hole in the same instant."""
+    trace = [TraceJob(f"s{i}", i, 1, 1000 if i in (0, 4) else 50_000, "vc", i + 2) for i in range(8)]
+    trace.append(TraceJob("pair", 1500, 2, 3000, "vc", 10))
+    outcome = simulate(trace, "corral", nodes=2, gpus_per_node=4)
+    finished = {f.job_id: f for f in outcome.finished}
+    assert finished["pair"].queue_s == 0
+    moved = [f for f in outcome.finished if f.preemptions]
+    assert len(moved) == 1
+    assert moved[0].queue_s == 0
