@@ -209,7 +209,7 @@ class PlanSettings:
     # job's service level is how many of these GPU-second thresholds its attained service
     # has passed. Within a priority, lower levels go first, and a job may preempt jobs of
     # its VC (or borrowed ones) at a higher level once they ran ``min_runtime_s``. The
-    # ladder is the simulator's Corral policy's (x4 from 900 GPU-s: 15 min on one GPU).
+    # ladder: x4 from 900 GPU-s (15 min on one GPU; why these: docs/performance.md).
     service_thresholds_gpu_s: tuple[float, ...] = (900.0, 3600.0, 14400.0, 57600.0, 230400.0)
     preempt_for_service: bool = True
     # Moves (moves.py): a job that the free GPUs could hold, but no one node's, has small

@@ -1,15 +1,20 @@
 """Moves (services/scheduler/moves.py): a job that the free GPUs could hold, but no single
 node's, gets small jobs moved off the node closest to having room, when the other nodes'
 free GPUs can take them; one cycle over a hand-made snapshot each, as in test_planner.py,
-and the next cycle after the moved jobs stopped."""
+and the next cycle after the moved jobs stopped; the same over random fragmented clusters
+(hypothesis); and a replay through the simulator."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+from hypothesis import assume, event, given, settings
+from hypothesis import strategies as st
 
 from bench.sim_engine import simulate
 from bench.traces import TraceJob
-from services.scheduler.model import NodeCapacity, PlanSettings, RunningJob
+from services.scheduler.model import NodeCapacity, PendingJob, PlanSettings, RunningJob
 from services.scheduler.planner import plan
 from tests.scheduler.test_planner import VCS, job, node, running
 
@@ -115,3 +120,75 @@ def test_replayed_a_move_starts_the_job_at_once_and_the_moved_jobs_lose_no_time(
     moved = [f for f in outcome.finished if f.preemptions]
     assert len(moved) == 1
     assert moved[0].queue_s == 0
+
+
+@st.composite
+def fragmented(draw: st.DrawFn) -> tuple[list[NodeCapacity], list[RunningJob], PendingJob]:
+    """Nodes of 4 or 8 GPUs filled with small borrowed jobs (of either priority, some too
+    young to move, some promoted), some of which ended; and one job that the free GPUs
+    could hold, but no one node's."""
+    nodes, jobs = [], []
+    for n in range(draw(st.integers(2, 5))):
+        total, used = draw(st.sampled_from([4, 8])), 0
+        free: list[int] = []
+        while used < total:
+            gpus = min(draw(st.sampled_from([1, 1, 2])), total - used)
+            slot = tuple(range(used, used + gpus))
+            used += gpus
+            if draw(st.integers(0, 3)) == 0:
+                free.extend(slot)  # this one ended
+                continue
+            fields = {
+                "borrowed": True,
+                "priority": draw(st.sampled_from([0, 0, 1])),
+                "runtime_s": draw(st.sampled_from([50.0, 600.0, 600.0])),
+                "promoted": draw(st.sampled_from([False, False, False, True])),
+            }
+            jobs.append(running(f"n{n}-{slot[0]}", f"n{n}", gpus, first=slot[0], **fields))
+        nodes.append(NodeCapacity(f"n{n}", free, total_gpus=total, gpu_type="H100"))
+    most, total_free = max(len(n.free_gpus) for n in nodes), sum(len(n.free_gpus) for n in nodes)
+    widest = max(n.total_gpus for n in nodes)
+    assume(most + 1 <= min(widest, total_free))
+    asking = job(
+        "asking", draw(st.integers(most + 1, min(widest, total_free))), priority=draw(st.sampled_from([0, 1]))
+    )
+    return nodes, jobs, asking
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=fragmented())
+def test_a_move_only_takes_what_it_may_and_makes_room_where_the_moved_jobs_fit(
+    case: tuple[list[NodeCapacity], list[RunningJob], PendingJob],
+) -> None:
+    nodes, jobs, asking = case
+    free = {n.node_id: len(n.free_gpus) for n in nodes}
+    result = plan([asking], copy.deepcopy(nodes), running=jobs, vcs=VCS, settings=SETTINGS)
+    moves = [p for p in result.preemptions if p.reason.startswith("moved")]
+    event("moved" if moves else "nothing to move")  # --hypothesis-show-statistics
+    if not moves:
+        # Then no node could be cleared by jobs it may move into the other nodes' holes.
+        assert result.waiting[0].reason in ("Fragmented", "WaitingForPreemption")
+        return
+    by_id = {r.job_id: r for r in jobs}
+    movers = [by_id[p.job_id] for p in moves]
+    assert len({m.slices[0][0] for m in movers}) == 1, "movers come off one node"
+    for mover in movers:
+        assert mover.borrowed
+        assert mover.priority <= asking.priority
+        assert not mover.promoted
+        assert mover.runtime_s >= SETTINGS.min_runtime_s
+        assert mover.gpus < asking.gpus
+    assert max(free.values()) < asking.gpus <= sum(free.values()), "only when fragmentation is why it waits"
+
+    # Next cycle, the moved jobs stopped: the job and every moved job are placed.
+    cleared = movers[0].slices[0][0]
+    after = copy.deepcopy(nodes)
+    for capacity in after:
+        if capacity.node_id == cleared:
+            capacity.free_gpus = sorted([*capacity.free_gpus, *(g for m in movers for g in m.slices[0][1])])
+    back = [job(m.job_id, m.gpus, priority=m.priority, attained_gpu_s=m.attained_gpu_s) for m in movers]
+    staying = [r for r in jobs if r not in movers]
+    again = plan([*back, asking], after, running=staying, vcs=VCS, settings=SETTINGS)
+    placed = {d.job.job_id: d.placements[0].node_id for d in again.decisions}
+    assert placed.get("asking") == cleared
+    assert set(placed) == {"asking", *(m.job_id for m in movers)}, again.waiting
