@@ -10,7 +10,6 @@ from services.scheduler.cycle import Cycle
 from services.scheduler.dry_run import answer_dry_run
 from services.scheduler.handlers import RETIRED_CONSUMERS, WAKING_SUBJECTS
 from services.scheduler.leader import Leadership
-from services.scheduler.planner import PlanSettings
 from services.scheduler.settings import Settings
 from shared.dry_run import DRY_RUN_QUEUE, DRY_RUN_SUBJECT
 from shared.gc_tuning import tune_garbage_collector
@@ -23,17 +22,10 @@ async def serve(settings: Settings) -> None:
     async with service_resources("scheduler", settings.common) as res:
         leadership = Leadership(settings.common.database.url, settings.scheduler.leader_retry_s)
         scheduler = settings.scheduler
-        policy = PlanSettings(
-            min_runtime_s=scheduler.min_runtime_s,
-            preempt_for_service=scheduler.preempt_for_service,
-            move_to_defragment=scheduler.move_to_defragment,
-            reserve_after_s=scheduler.reserve_after_s,
-            starve_budget_share=scheduler.starve_budget_share,
-        )
         cycle = Cycle(
             leadership,
             scheduler.cycle_interval_s,
-            policy,
+            scheduler.plan_settings(),
             scheduler.starvation(),
             min_gap_s=scheduler.min_cycle_gap_s,
         )

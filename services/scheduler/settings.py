@@ -50,6 +50,16 @@ class SchedulerSettings(BaseSettings):
     def starvation(self) -> StarvationRule:
         return StarvationRule(self.starve_min_wait_s, self.starve_factor, self.starve_window_s)
 
+    def plan_settings(self) -> PlanSettings:
+        """What the planner reads of these (the live cycle and the simulator's replay)."""
+        return PlanSettings(
+            min_runtime_s=self.min_runtime_s,
+            preempt_for_service=self.preempt_for_service,
+            move_to_defragment=self.move_to_defragment,
+            reserve_after_s=self.reserve_after_s,
+            starve_budget_share=self.starve_budget_share,
+        )
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from bench.sim_engine import simulate
+from bench.sim_engine import Finished, simulate
 from bench.traces import TraceJob
 from services.scheduler.model import NodeCapacity, PendingJob, PlanSettings, RunningJob
 from services.scheduler.planner import plan
@@ -107,19 +107,33 @@ def test_a_job_that_no_node_can_hold_moves_nothing() -> None:
     assert not any(p.reason.startswith("moved") for p in result.preemptions)
 
 
-def test_replayed_a_move_starts_the_job_at_once_and_the_moved_jobs_lose_no_time() -> None:
-    """Through the simulator's ``corral`` policy (the planner itself): two 4-GPU nodes
-    filled by eight 1-GPU jobs; one job on each node ends at 1,000 s, leaving a hole of
-    one GPU on each, and a 2-GPU job arrives. The moved job restarts in the other
-    node's hole in the same instant."""
-    trace = [TraceJob(f"s{i}", i, 1, 1000 if i in (0, 4) else 50_000, "vc", i + 2) for i in range(8)]
-    trace.append(TraceJob("pair", 1500, 2, 3000, "vc", 10))
+def _replay_fragmented() -> tuple[dict[str, Finished], list[Finished]]:
+    """Through the simulator's ``corral`` policy (the planner itself, as the
+    ``CORRAL_SCHEDULER_*`` settings configure it): two 4-GPU nodes filled by eight 1-GPU
+    jobs; one job on each node ends at 500 s, leaving a hole of one GPU on each, and a
+    2-GPU job arrives at 800 s, when the others have run less than the first service
+    threshold (900 GPU-s): least attained service sees no one to preempt for it until
+    they cross it. Returns every job's outcome, and the preempted ones'."""
+    trace = [TraceJob(f"s{i}", i, 1, 500 if i in (0, 4) else 50_000, "vc", i + 2) for i in range(8)]
+    trace.append(TraceJob("pair", 800, 2, 3000, "vc", 10))
     outcome = simulate(trace, "corral", nodes=2, gpus_per_node=4)
-    finished = {f.job_id: f for f in outcome.finished}
+    return {f.job_id: f for f in outcome.finished}, [f for f in outcome.finished if f.preemptions]
+
+
+def test_replayed_a_move_starts_the_job_at_once_and_the_moved_jobs_lose_no_time() -> None:
+    finished, preempted = _replay_fragmented()
     assert finished["pair"].queue_s == 0
-    moved = [f for f in outcome.finished if f.preemptions]
-    assert len(moved) == 1
-    assert moved[0].queue_s == 0
+    assert len(preempted) == 1
+    assert preempted[0].queue_s == 0, "it restarted in the other node's hole in the same instant"
+
+
+def test_replayed_without_moves_the_job_waits_until_it_may_preempt_for_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CORRAL_SCHEDULER_MOVE_TO_DEFRAGMENT", "false")  # as the live scheduler reads it
+    finished, preempted = _replay_fragmented()
+    assert finished["pair"].queue_s == pytest.approx(900 - 800 + 1, abs=1)  # s1 crosses 900 GPU-s at 901 s
+    assert len(preempted) == 1
 
 
 @st.composite

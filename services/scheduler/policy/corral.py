@@ -23,7 +23,6 @@ from dataclasses import replace
 from operator import attrgetter
 
 from services.scheduler.model import (
-    LIVE_RESERVE_AFTER_S,
     NodeCapacity,
     PendingJob,
     PlanSettings,
@@ -34,6 +33,7 @@ from services.scheduler.planner import plan
 from services.scheduler.policy.base import Round
 from services.scheduler.policy.cluster import Cluster, Placement, Slice
 from services.scheduler.policy.jobs import Job
+from services.scheduler.settings import SchedulerSettings
 from services.scheduler.starvation import StarvationRule, TypicalWait
 
 GPU_TYPE = "GPU"
@@ -47,10 +47,16 @@ class CorralPolicy:
     def __init__(
         self, settings: PlanSettings | None = None, starvation: StarvationRule | None = None
     ) -> None:
-        """``starvation``: the load-aware limit the live cycle uses (the default); None with
-        ``settings`` given: the fixed limits in ``settings``."""
-        self.settings = settings or PlanSettings(reserve_after_s=LIVE_RESERVE_AFTER_S)
-        self.starvation = starvation if starvation is not None or settings is not None else StarvationRule()
+        """Without arguments: the live scheduler's policy as its ``CORRAL_SCHEDULER_*``
+        settings configure it (settings.py), so that, for instance,
+        ``CORRAL_SCHEDULER_MOVE_TO_DEFRAGMENT=false python -m bench.simulate ...`` replays it
+        without moves. ``settings`` given: those, with the fixed starvation limit in them
+        unless ``starvation`` (the load-aware limit) is given too."""
+        if settings is None:
+            configured = SchedulerSettings()
+            settings, starvation = configured.plan_settings(), starvation or configured.starvation()
+        self.settings = settings
+        self.starvation = starvation
         self.typical = TypicalWait(self.starvation.window_s if self.starvation else 1.0)
         # Not in submission order once a preempted job comes back: ``_in_submission_order``.
         self.pending: dict[str, Job] = {}
