@@ -38,6 +38,12 @@ from services.scheduler.model import PendingJob, PlanSettings, RunningJob
 from services.scheduler.placement import NodeIndex
 
 
+def could_make_room(job: PendingJob, gpu_type: str, index: NodeIndex) -> bool:
+    """Whether a move could help at all: the job fits on one node of the type, and the
+    type's free GPUs could hold it."""
+    return 0 < job.gpus <= index.largest(gpu_type) and index.free(gpu_type) >= job.gpus
+
+
 def choose_movers(
     job: PendingJob,
     gpu_type: str,
@@ -49,7 +55,7 @@ def choose_movers(
     """The jobs to move so that ``job`` fits on one node of ``gpu_type``, fewest GPUs
     first; None when no move makes room. ``on_node``: the type's running jobs that hold
     GPUs on one node, by node."""
-    if job.gpus == 0 or job.gpus > index.largest(gpu_type) or index.free(gpu_type) < job.gpus:
+    if not could_make_room(job, gpu_type, index):
         return None
     holes = index.holes(gpu_type)  # most free first: the fewest GPUs to move first
     free_counts = [0] * (index.largest(gpu_type) + 1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from services.scheduler.model import PendingJob, PlanSettings, RunningJob
-from services.scheduler.moves import choose_movers
+from services.scheduler.moves import choose_movers, could_make_room
 from services.scheduler.placement import NodeIndex, place_gang, unplace
 
 # reclaim: a guaranteed job takes back borrowed GPUs; own_vc: a job within its VC's quota
@@ -197,8 +197,8 @@ class VictimFinder:
             return None
         if rule == "service" and self.top_level(gpu_type) <= level:
             return None  # nobody is served more than the job: no search spent on it
-        if rule == "move" and self.index.free(gpu_type) < job.gpus:
-            return None  # no move can make room: no search spent on it
+        if rule == "move" and not could_make_room(job, gpu_type, self.index):
+            return None  # no search spent on it
         self.searches += 1
         gap = quota_gap
         chosen: list[Candidate] = []

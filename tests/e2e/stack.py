@@ -166,6 +166,23 @@ class Stack:
         finally:
             await conn.close()
 
+    async def wait_nodes_ready(self, count: int, timeout_s: float = 20.0) -> None:
+        """``count`` nodes are READY and each agent holds its lease (its tasks can start)."""
+        conn = await asyncpg.connect(self.env["CORRAL_DATABASE_URL"])
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                ready = await conn.fetchval(
+                    "SELECT count(*) FROM monitor.nodes n JOIN launcher.agents a ON a.node_id = n.id "
+                    "WHERE n.state = 'READY' AND a.lost_at IS NULL"
+                )
+                if ready == count:
+                    return
+                await asyncio.sleep(0.1)
+        finally:
+            await conn.close()
+        raise AssertionError(f"{count} nodes were not ready within {timeout_s}s")
+
     def logs(self, service: str) -> str:
         path = self.home / ("supervisor.log" if service == "supervisor" else f"logs/services/{service}.log")
         try:

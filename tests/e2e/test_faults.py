@@ -180,14 +180,7 @@ async def test_a_node_that_loses_contact_has_its_tasks_retried_elsewhere_and_kil
     conn = await asyncpg.connect(database_url)
     try:
         async with stack.client() as http:
-            for _ in range(100):  # node-b's agent holds a lease and its exporter is heard
-                ready = await conn.fetchval(
-                    "SELECT count(*) FROM monitor.nodes n JOIN launcher.agents a ON a.node_id = n.id "
-                    "WHERE n.state = 'READY' AND a.lost_at IS NULL"
-                )
-                if ready == 2:
-                    break
-                await asyncio.sleep(0.1)
+            await stack.wait_nodes_ready(2)  # node-b's agent holds a lease and its exporter is heard
             job_id = await submit(http, f"echo on $CORRAL_ATTEMPT; {HOLD}", gpus=8)
             job = await wait_state(http, job_id, {"RUNNING"})
             first = job["attempts"][0]

@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from tests.e2e.stack import HOLD, Stack, submit, wait_state
@@ -27,26 +26,10 @@ async def stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterat
         yield running
 
 
-async def _wait_nodes_ready(database_url: str, count: int) -> None:
-    conn = await asyncpg.connect(database_url)
-    try:
-        for _ in range(200):
-            ready = await conn.fetchval(
-                "SELECT count(*) FROM monitor.nodes n JOIN launcher.agents a ON a.node_id = n.id "
-                "WHERE n.state = 'READY' AND a.lost_at IS NULL"
-            )
-            if ready == count:
-                return
-            await asyncio.sleep(0.1)
-    finally:
-        await conn.close()
-    raise AssertionError(f"{count} nodes did not become ready")
-
-
-async def test_small_jobs_move_so_that_a_gang_gets_a_whole_node(stack: Stack, database_url: str) -> None:
+async def test_small_jobs_move_so_that_a_gang_gets_a_whole_node(stack: Stack) -> None:
     other = stack.start_node("node-b")
     try:
-        await _wait_nodes_ready(database_url, 2)
+        await stack.wait_nodes_ready(2)
         async with stack.client() as http:
             smalls = [await submit(http, HOLD, gpus=1, name=f"small-{i}") for i in range(12)]
             placed = {job_id: (await wait_state(http, job_id, {"RUNNING"})) for job_id in smalls}
