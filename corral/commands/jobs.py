@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -34,14 +35,20 @@ class JobState(StrEnum):
     CANCELLED = "CANCELLED"
 
 
-def explain(job: Job) -> str:
+def explain(job: Job, now: datetime | None = None) -> str:
     """``corral why``: for a pending job, the scheduler's reason, its place and its expected
-    start; otherwise its state and last word."""
+    start; otherwise its state and last word.
+
+    A job backing off before its next attempt (``not_before`` still ahead) is not
+    considered by the scheduler until then, so that is its reason. Once the time has
+    passed, ``not_before`` stays set (a preempted job gets "now") and says nothing about
+    why the job waits: the scheduler's reason does."""
     head = f"job {job.id} ({job.name}) is {job.state}"
     if job.state != "PENDING":
         return f"{head}: {job.reason}" if job.reason else head
-    if job.not_before:
-        return f"{head}: retrying, not before {when(job.not_before)} UTC"
+    if job.not_before and job.not_before > (now or datetime.now(UTC)):
+        after = f" (after {job.reason})" if job.reason else ""
+        return f"{head}: backing off{after}; next attempt not before {when(job.not_before)} UTC"
     pending = job.pending
     if pending is None:
         return f"{head}: the scheduler has not considered it yet"

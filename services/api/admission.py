@@ -100,7 +100,8 @@ def check_can_ever_run(spec: JobSpec, shape: ClusterShape) -> None:
     nodes = max(s.nodes for s in candidates.values())
     if spec.topology == "one_per_node" and instances > nodes:
         raise InvalidInput(
-            f"topology one_per_node needs {instances} nodes, but the cluster has {nodes}{kind} nodes;"
+            f"topology one_per_node needs {instances} nodes, but the cluster has {nodes}{kind}"
+            f" node{'s' if nodes != 1 else ''};"
             " use topology pack, or fewer instances"
         )
     total = max(s.total for s in candidates.values())
