@@ -47,8 +47,8 @@ def explain(job: Job, now: datetime | None = None) -> str:
     if job.state != "PENDING":
         return f"{head}: {job.reason}" if job.reason else head
     if job.not_before and job.not_before > (now or datetime.now(UTC)):
-        after = f" (after {job.reason})" if job.reason else ""
-        return f"{head}: backing off{after}; next attempt not before {when(job.not_before)} UTC"
+        # The launcher's reason for a retry says so: "retrying: task main-0 exited with code 3".
+        return f"{head}: {job.reason or 'retrying'}; next attempt not before {when(job.not_before)} UTC"
     pending = job.pending
     if pending is None:
         return f"{head}: the scheduler has not considered it yet"
@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
         echo(explain(job))
         echo(
             f"  user {job.user}, virtual cluster {job.virtual_cluster}, priority {job.priority},"
-            f" {job.gpus} GPUs"
+            f" {job.gpus} GPU{'' if job.gpus == 1 else 's'}"
         )
         echo(
             f"  submitted {when(job.created_at)} UTC"

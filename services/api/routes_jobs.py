@@ -198,14 +198,16 @@ async def get_logs(
     task writes, until the attempt has ended and everything it wrote was sent."""
     repo = repository(request)
     job = await _visible_job(repo, job_id, principal)
+    spec = JobSpec.model_validate(job["spec"])
     if task is None:
-        spec = JobSpec.model_validate(job["spec"])
         role, index = spec.tasks[0].name, 0
     else:
         match = _TASK_RE.match(task)
         if not match:
             raise NotFound(f"task {task!r} is not of the form <role>-<index>, e.g. main-0")
         role, index = match.group(1), int(match.group(3))
+        if not any(t.name == role and index < t.instances for t in spec.tasks):
+            raise NotFound(f"job {job_id} has no task {task}; its tasks are {_task_names(spec)}")
     row = await repo.attempt_for_logs(job_id, role, index, attempt)
     if row is None or not row["log_path"]:
         which = f"attempt {attempt} of " if attempt else ""
@@ -216,6 +218,13 @@ async def get_logs(
         )
     text = await asyncio.to_thread(_read_tail, Path(row["log_path"]), MAX_LOG_BYTES)
     return PlainTextResponse(text)
+
+
+def _task_names(spec: JobSpec) -> str:
+    """``main-0, worker-0 … worker-7``: every task of the job, for a 404 that says what exists."""
+    return ", ".join(
+        f"{t.name}-0" if t.instances == 1 else f"{t.name}-0 … {t.name}-{t.instances - 1}" for t in spec.tasks
+    )
 
 
 def _read_tail(path: Path, limit: int) -> str:

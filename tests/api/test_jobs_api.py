@@ -164,6 +164,14 @@ async def test_unknown_job_and_missing_logs_are_404_problems(client: httpx.Async
     bad_task = await client.get(f"/api/v1/jobs/{job['id']}/logs", params={"task": "../../etc"})
     assert bad_task.status_code == 404
     assert "<role>-<index>" in bad_task.json()["detail"]
+    no_such_task = await client.get(f"/api/v1/jobs/{job['id']}/logs", params={"task": "main-1"})
+    assert no_such_task.status_code == 404
+    assert no_such_task.json()["detail"] == f"job {job['id']} has no task main-1; its tasks are main-0"
+    ranks = {"name": "ddp", "tasks": [{**HELLO["tasks"][0], "name": "worker", "instances": 2}]}
+    ddp = (await client.post("/api/v1/jobs", json=ranks)).json()
+    beyond = await client.get(f"/api/v1/jobs/{ddp['id']}/logs", params={"task": "worker-2"})
+    tasks = "worker-0 … worker-1"
+    assert beyond.json()["detail"] == f"job {ddp['id']} has no task worker-2; its tasks are {tasks}"
 
 
 async def test_unknown_routes_and_methods_are_problems(client: httpx.AsyncClient) -> None:

@@ -53,14 +53,14 @@ def test_a_preempted_job_is_told_why_it_waits_now_not_that_it_retries() -> None:
 
 def test_a_job_backing_off_after_a_failure_is_told_when_it_may_run_again() -> None:
     job = pending_job(
-        reason="task main-0 exited 1 (retry 1 of 3)",
+        reason="retrying: task main-0 exited with code 3",
         retries=1,
         not_before=NOW + timedelta(seconds=20),
         pending=WAITING,  # from before the back-off: the scheduler skips the job until then
     )
     assert explain(job, now=NOW) == (
-        "job job-1 (borrower) is PENDING: backing off (after task main-0 exited 1 (retry 1 of 3)); "
-        "next attempt not before 2026-11-24 07:14:00 UTC"
+        "job job-1 (borrower) is PENDING: retrying: task main-0 exited with code 3;"
+        " next attempt not before 2026-11-24 07:14:00 UTC"
     )
 
 
