@@ -10,12 +10,16 @@ hardly wait), and from then on it runs to the end.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from bench import sim_engine
 from bench.sim_engine import Finished, simulate
 from bench.traces import TraceJob
+from services.scheduler.model import PendingJob, RunningJob
 from services.scheduler.policy import Cluster, make_policy
-from services.scheduler.policy.corral import CorralPolicy
+from services.scheduler.policy.corral import GPU_TYPE, CorralPolicy
 from services.scheduler.policy.jobs import Job, JobId
 from services.scheduler.starvation import StarvationRule
 
@@ -67,3 +71,44 @@ def test_a_job_back_from_preemption_keeps_its_place_by_submission() -> None:
     replay.submit(first, 30.0)  # preempted last, so back in the queue last
     started = replay.schedule(40.0, Cluster(1, 4)).started
     assert [job.id for job in started] == ["first"]
+
+
+class FreshSnapshots(CorralPolicy):
+    """The replay as it was before it kept its snapshots between rounds: every pending and
+    running job built afresh each round, from the job as it is then."""
+
+    def _pending_job(self, job: Job, now: float) -> PendingJob:
+        tasks = self._tasks(job.gpus, self._per_node)
+        return PendingJob(
+            job.id, 1, 0, tasks, user=job.vc, gpu_type=GPU_TYPE,
+            attained_gpu_s=job.attained_gpu_s, waited_s=job.waited_at(now),
+        )  # fmt: skip
+
+    def _running_job(self, job: Job, now: float) -> RunningJob:
+        assert job.placement is not None
+        slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
+        return RunningJob(
+            job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True, runtime_s=now - job.since_s,
+            attained_gpu_s=job.attained_at(now), waited_s=job.waited_s, promoted=job.id in self.promoted,
+        )  # fmt: skip
+
+
+def test_kept_snapshots_replay_exactly_as_fresh_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay keeps each job's snapshot between rounds (built once, then brought up to
+    date) for speed; a busy trace with preemptions, moves and restarts on other nodes must
+    come out exactly as when every snapshot is built afresh."""
+    rng = random.Random(7)
+    trace, now = [], 0.0
+    for i in range(400):
+        now += rng.expovariate(1 / 120)
+        gpus = rng.choice((1, 1, 1, 2, 4, 8, 8, 16))
+        trace.append(TraceJob(f"j{i}", now, gpus, rng.lognormvariate(7.5, 1.5), f"u{i % 3}", i + 2))
+
+    def outcome() -> list[tuple[str, float, int]]:
+        finished = simulate(trace, "corral", nodes=4, gpus_per_node=8).finished
+        return sorted((f.job_id, f.finish_s, f.preemptions) for f in finished)
+
+    kept = outcome()
+    monkeypatch.setattr(sim_engine, "make_policy", lambda _name, _oracle=None: FreshSnapshots())
+    assert outcome() == kept
+    assert sum(preemptions for _, _, preemptions in kept) >= 20  # restarts were exercised

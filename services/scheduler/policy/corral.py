@@ -62,6 +62,10 @@ class CorralPolicy:
         self.pending: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
         self.promoted: set[str] = set()  # running jobs placed as promoted (allocations.promoted)
+        # By job id, what ``_pending_job`` and ``_running_job`` would build the same way every
+        # round: rebuilding them for every job every round was most of a replay's time.
+        self._first_snapshot: dict[str, PendingJob] = {}
+        self._running_snapshot: dict[str, tuple[Placement, RunningJob]] = {}
         self._per_node = 8
 
     def submit(self, job: Job, now: float) -> None:
@@ -69,6 +73,8 @@ class CorralPolicy:
 
     def finished(self, job: Job, now: float) -> None:
         self.running.pop(job.id, None)
+        self._first_snapshot.pop(job.id, None)
+        self._running_snapshot.pop(job.id, None)
         self.typical.finished(now, job.waited_s)
         self.promoted.discard(job.id)
 
@@ -150,23 +156,31 @@ class CorralPolicy:
         return (TaskDemand("main", whole, per_node),) + ((TaskDemand("rest", 1, rest),) if rest else ())
 
     def _pending_job(self, job: Job, now: float) -> PendingJob:
-        return PendingJob(
-            job.id,
-            1,
-            0,
-            self._tasks(job.gpus, self._per_node),
-            user=job.vc,
-            gpu_type=GPU_TYPE,
-            attained_gpu_s=job.attained_gpu_s,
-            waited_s=job.waited_at(now),
-        )
+        """As the live cycle reads a job it read before: built once, then copied with what
+        changed (``PendingJob.progressed``)."""
+        first = self._first_snapshot.get(job.id)
+        if first is None:
+            first = self._first_snapshot[job.id] = PendingJob(
+                job.id, 1, 0, self._tasks(job.gpus, self._per_node), user=job.vc, gpu_type=GPU_TYPE
+            )
+        return first.progressed(1, 0, job.attained_gpu_s, job.waited_at(now))
 
     def _running_job(self, job: Job, now: float) -> RunningJob:
-        assert job.placement is not None
-        slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
-        running = RunningJob(
-            job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True, promoted=job.id in self.promoted
-        )
-        return replace(
-            running, runtime_s=now - job.since_s, attained_gpu_s=job.attained_at(now), waited_s=job.waited_s
-        )
+        """Built when the job is placed, then brought up to date in place each round: the
+        planner reads a ``RunningJob`` only while ``plan`` runs, and its result names jobs
+        by id, so nothing of the last round's snapshot outlives it."""
+        placement = job.placement
+        assert placement is not None
+        held = self._running_snapshot.get(job.id)
+        if held is None or held[0] is not placement:  # placed since it was last read
+            slices = tuple((str(piece.node), piece.gpus) for piece in placement.slices)
+            held = self._running_snapshot[job.id] = (
+                placement,
+                RunningJob(job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True),
+            )
+        snapshot = held[1]
+        snapshot.runtime_s = now - job.since_s
+        snapshot.attained_gpu_s = job.attained_at(now)
+        snapshot.waited_s = job.waited_s
+        snapshot.promoted = job.id in self.promoted
+        return snapshot
