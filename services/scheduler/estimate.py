@@ -6,8 +6,11 @@ queue order, take GPUs as they come free (per GPU type; a job that names no type
 all of them) and give them back at their own limit. A job whose GPUs would only come from
 jobs without a limit gets no estimate — nor does any job behind it in the same pool, since
 its turn depends on that unknown. Fragmentation and quotas are ignored: it is an estimate,
-shown as one. Jobs waiting for their VC's quota or their user's limit get none: they wait
-for their own jobs, whose end is just as unknown.
+shown as one — except that a job waiting because the free GPUs are spread over too many
+nodes (``Fragmented``) is not told "now": it starts when a running job ends, at the
+soonest, so its estimate is at least the first known end (none when no end is known).
+Jobs waiting for their VC's quota or their user's limit get none: they wait for their
+own jobs, whose end is just as unknown.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ def estimate_starts(
             kind = pools.get(job.gpu_type or ANY_TYPE) or pool(job.gpu_type or ANY_TYPE)
             # Most of a long queue is behind a job whose start is unknown: no call for those.
             start = None if kind.unknown else kind.start_of(job.gpus)
+            if reason == "Fragmented" and start == 0.0:  # enough free, but on too many nodes
+                start = kind.releases[0][0] if kind.releases else None
             if job.job_id == reserved_job and math.isfinite(reservation_start_s):
                 start = max(start or 0.0, reservation_start_s)
             if start is not None and job.max_runtime_s is not None:

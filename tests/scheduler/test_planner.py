@@ -184,6 +184,17 @@ def test_estimated_start_from_the_running_jobs_limits() -> None:
     assert [w.estimated_start_s for w in result.waiting] == [60.0, None, None]
 
 
+def test_a_fragmented_job_is_not_expected_to_start_now() -> None:
+    """8 GPUs free, 4 on each node: the gang waits for a running job to end, not for nothing."""
+    settings = PlanSettings(move_to_defragment=False)
+    limited = [running("r0", "n0", 4, max_runtime_s=100, runtime_s=70), running("r1", "n1", 4)]
+    result = plan([job("gang", 8)], [node("n0", 4), node("n1", 4)], running=limited, settings=settings)
+    assert [(w.reason, w.estimated_start_s) for w in result.waiting] == [("Fragmented", 30.0)]
+    unlimited = [running("r0", "n0", 4), running("r1", "n1", 4)]
+    result = plan([job("gang", 8)], [node("n0", 4), node("n1", 4)], running=unlimited, settings=settings)
+    assert [(w.reason, w.estimated_start_s) for w in result.waiting] == [("Fragmented", None)]
+
+
 def test_a_guaranteed_job_backfilled_into_a_reservation_stays_guaranteed() -> None:
     vcs = {"a": VirtualCluster("a", {"H100": 32})}  # room in the quota for both
     busy = [
