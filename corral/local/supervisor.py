@@ -26,6 +26,8 @@ from corral.local.ports import free_ports
 from corral.local.postgres import LocalPostgres
 
 # (name, module). The exporter and agent together are "the node" on this machine.
+NODE_SERVICES = frozenset({"exporter", "agent"})
+MAX_SIMULATED_NODES = 64
 SERVICES: tuple[tuple[str, str], ...] = (
     ("api", "services.api"),
     ("scheduler", "services.scheduler"),
@@ -47,6 +49,9 @@ class StackConfig:
     nats_port: int = 4222
     simulated_gpus: int = 8
     node_id: str = "local"
+    # More than one: that many simulated nodes on this machine (an exporter and an agent
+    # each, named <node_id>-1 ... <node_id>-N), to try multi-node gangs and placement.
+    simulated_nodes: int = 1
     extra_env: dict[str, str] = field(default_factory=dict)
     # Run only these services (all by default), e.g. a GPU machine that is only a node.
     services: tuple[str, ...] = tuple(name for name, _ in SERVICES)
@@ -63,8 +68,26 @@ class StackConfig:
             nats_port=int(env.get("CORRAL_NATS_PORT", "4222")),
             simulated_gpus=int(env.get("CORRAL_SIMULATED_GPUS", "8")),
             node_id=env.get("CORRAL_NODE_ID", "local"),
+            simulated_nodes=_simulated_nodes(env.get("CORRAL_SIMULATED_NODES", "1")),
             services=_services(env.get("CORRAL_SERVICES", "")),
         )
+
+    def node_ids(self) -> tuple[str, ...]:
+        if self.simulated_nodes == 1:
+            return (self.node_id,)
+        return tuple(f"{self.node_id}-{n}" for n in range(1, self.simulated_nodes + 1))
+
+
+def _simulated_nodes(given: str) -> int:
+    try:
+        count = int(given)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_SIMULATED_NODES:
+        raise SystemExit(
+            f"CORRAL_SIMULATED_NODES must be a whole number from 1 to {MAX_SIMULATED_NODES}, got {given!r}"
+        )
+    return count
 
 
 def _services(listed: str) -> tuple[str, ...]:
@@ -150,10 +173,17 @@ class Supervisor:
 
     # --- services --------------------------------------------------------------------
 
-    def service_env(self, name: str, database_url: str, nats_url: str, health_port: int) -> dict[str, str]:
+    def service_env(
+        self, name: str, database_url: str, nats_url: str, health_port: int, node_id: str | None = None
+    ) -> dict[str, str]:
+        node_id = node_id or self.config.node_id
+        several = self.config.simulated_nodes > 1
         env = {
-            # Break a simulated GPU of the running node by writing this file.
-            "CORRAL_EXPORTER_FAULTS_FILE": str(self.config.home / "gpu-faults.yaml"),
+            # Break a simulated GPU of the running node by writing this file (one per node
+            # when there are several).
+            "CORRAL_EXPORTER_FAULTS_FILE": str(
+                self.config.home / (f"gpu-faults-{node_id}.yaml" if several else "gpu-faults.yaml")
+            ),
             # Where alerts are sent (receivers and routes); re-read when it changes.
             "CORRAL_ALERTER_ROUTING_FILE": str(self.config.home / "routing.yaml"),
             "CORRAL_ALERTER_RULES_FILE": str(self.config.home / "alert-rules.yaml"),
@@ -164,16 +194,34 @@ class Supervisor:
             "CORRAL_NATS_URL": nats_url,
             "CORRAL_API_PORT": str(self.config.api_port),
             "CORRAL_HEALTH_PORT": str(health_port),
-            "CORRAL_AGENT_NODE_ID": self.config.node_id,
-            "CORRAL_EXPORTER_NODE_ID": self.config.node_id,
+            "CORRAL_AGENT_NODE_ID": node_id,
+            "CORRAL_EXPORTER_NODE_ID": node_id,
             # One machine: tasks reach each other on loopback.
             "CORRAL_EXPORTER_ADDRESS": "127.0.0.1",
             "CORRAL_EXPORTER_SIMULATED_GPUS": str(self.config.simulated_gpus),
             "PYTHONUNBUFFERED": "1",
         }
+        if several:  # simulated nodes all, or they would each claim this machine's GPUs
+            env["CORRAL_EXPORTER_BACKEND"] = "simulated"
         if name == "api":
             del env["CORRAL_HEALTH_PORT"]
         return env
+
+    def planned(self) -> list[tuple[str, str, str, str | None]]:
+        """(process name, service, module, node) of every process to run: a node's
+        services once per simulated node (process ``agent-local-2``) when there are several."""
+        nodes = self.config.node_ids()
+        processes: list[tuple[str, str, str, str | None]] = []
+        for name, module in SERVICES:
+            if name not in self.config.services:
+                continue
+            if name not in NODE_SERVICES:
+                processes.append((name, name, module, None))
+            elif len(nodes) == 1:
+                processes.append((name, name, module, nodes[0]))
+            else:
+                processes.extend((f"{name}-{node}", name, module, node) for node in nodes)
+        return processes
 
     def start_services(self, database_url: str, nats_url: str) -> None:
         run_dir = self.config.home / "run"
@@ -181,13 +229,12 @@ class Supervisor:
         run_dir.mkdir(parents=True, exist_ok=True)
         service_logs.mkdir(parents=True, exist_ok=True)
         ports = {}
+        planned = self.planned()
         # Distinct, one each, and never the API's port (chosen by whoever started us, it
         # is free until the API binds it, so the OS could offer it here too).
-        health_ports = iter(free_ports(len(SERVICES), exclude={self.config.api_port}))
-        for name, module in SERVICES:
-            if name not in self.config.services:
-                continue
-            env = self.service_env(name, database_url, nats_url, next(health_ports))
+        health_ports = iter(free_ports(len(planned), exclude={self.config.api_port}))
+        for name, service, module, node in planned:
+            env = self.service_env(service, database_url, nats_url, next(health_ports), node)
             ports[name] = int(env.get("CORRAL_HEALTH_PORT") or self.config.api_port)
             managed = ManagedProcess(name, module, env, service_logs / f"{name}.log", run_dir / f"{name}.pid")
             managed.start()
@@ -218,10 +265,12 @@ class Supervisor:
             (self.config.home / "logs").mkdir(exist_ok=True)
             database_url, nats_url = self.start_servers()
             self.start_services(database_url, nats_url)
+            nodes = self.config.node_ids()
             self._say(
                 f"Corral is up: API http://127.0.0.1:{self.config.api_port} — admin token in "
-                f"{self.config.home / 'admin-token'} — logs in {self.config.home / 'logs'}. "
-                "Ctrl-C stops it."
+                f"{self.config.home / 'admin-token'} — logs in {self.config.home / 'logs'}"
+                + (f" — {len(nodes)} simulated nodes, {nodes[0]} … {nodes[-1]}" if len(nodes) > 1 else "")
+                + ". Ctrl-C stops it."
             )
             while not self._stopping:
                 self.supervise_once()

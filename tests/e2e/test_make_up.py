@@ -1,17 +1,21 @@
 """`make up` as a user runs it: private Postgres and NATS under $CORRAL_HOME, and a second
-start finds every job where the first left it."""
+start finds every job where the first left it; `CORRAL_SIMULATED_NODES` for a cluster of
+simulated nodes on one machine."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from corral.local.ports import free_port
-from tests.e2e.stack import Stack, submit, wait_state
+from corral.local.supervisor import StackConfig
+from tests.e2e.stack import Stack, submit, submit_spec, wait_state
 from tests.infra import world_readable_tempdir
 
 
@@ -52,3 +56,42 @@ async def test_a_second_start_finds_every_job_where_it_was_left(home: Path) -> N
             await wait_state(http, again, {"SUCCEEDED"}, timeout_s=60)
     finally:
         assert second.stop() == 0
+
+
+async def test_simulated_nodes_take_a_gang_one_task_per_node(
+    database_url: str, nats_url: str, tmp_path: Path
+) -> None:
+    env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": nats_url, "CORRAL_SIMULATED_NODES": "3"}
+    async with Stack(tmp_path / "home", env).running() as stack:
+        await stack.wait_nodes_ready(3)
+        spread = {
+            "name": "spread",
+            "topology": "one_per_node",
+            "tasks": [{"name": "worker", "instances": 3, "command": "echo $RANK", "resources": {"gpus": 2}}],
+        }
+        async with stack.client() as http:
+            job = await wait_state(http, await submit_spec(http, spread), {"SUCCEEDED"}, timeout_s=60)
+        assert sorted(a["node_id"] for a in job["attempts"]) == ["local-1", "local-2", "local-3"]
+        assert "3 simulated nodes, local-1 … local-3" in stack.logs("supervisor")
+
+        # Each node has its own fault file: breaking local-2's GPU drains local-2 alone.
+        (stack.home / "gpu-faults-local-2.yaml").write_text("gpus:\n  3: {xid: 79}\n")
+        async with stack.client() as http:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                nodes = {n["id"]: n["drained"] for n in (await http.get("/api/v1/nodes")).json()["items"]}
+                if nodes["local-2"]:
+                    break
+                await asyncio.sleep(0.2)
+        assert nodes == {"local-1": False, "local-2": True, "local-3": False}
+
+
+@pytest.mark.parametrize("given", ["0", "65", "three"])
+def test_a_bad_node_count_is_refused_before_anything_starts(
+    given: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_SIMULATED_NODES", given)
+    with pytest.raises(
+        SystemExit, match=f"CORRAL_SIMULATED_NODES must be a whole number from 1 to 64, got '{given}'"
+    ):
+        StackConfig.from_environment()
