@@ -166,9 +166,9 @@ class CorralPolicy:
         return first.progressed(1, 0, job.attained_gpu_s, job.waited_at(now))
 
     def _running_job(self, job: Job, now: float) -> RunningJob:
-        """Built when the job is placed, then brought up to date in place each round: the
-        planner reads a ``RunningJob`` only while ``plan`` runs, and its result names jobs
-        by id, so nothing of the last round's snapshot outlives it."""
+        """Built the first round after each placement, then brought up to date in place:
+        the planner reads a ``RunningJob`` only while ``plan`` runs, and its result names
+        jobs by id, so nothing holds on to the last round's values."""
         placement = job.placement
         assert placement is not None
         held = self._running_snapshot.get(job.id)
