@@ -67,6 +67,8 @@ def view(job: Job) -> RenderableType:
 def describe(job: Job) -> str:
     """One line of what the job is doing (the non-terminal view prints it on each change)."""
     text = f"{job.id} {job.state}"
+    if job.retries and not job.finished:  # or each retry of a failing task reads the same
+        text += f" (retry {job.retries})"
     if job.state == "PENDING" and job.pending is not None:
         text += f": {job.pending.reason} ({job.pending.detail})"
     elif job.state in ("SCHEDULED", "RUNNING"):

@@ -1,5 +1,6 @@
-"""``corral why``'s sentence for a pending job (``explain``), from the API's job as the SDK
-reads it: which of the job's fields decides what the user is told."""
+"""``corral why``'s sentence for a pending job (``explain``), and ``submit --wait``'s line
+per change (``describe``), from the API's job as the SDK reads it: which of the job's
+fields decides what the user is told."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corral.commands.jobs import explain
+from corral.commands.progress import describe
 from corral.sdk.models import Job
 
 NOW = datetime(2026, 11, 24, 7, 13, 40, tzinfo=UTC)
@@ -68,3 +70,14 @@ def test_a_job_the_scheduler_has_not_seen_says_so() -> None:
     assert explain(pending_job(), now=NOW) == (
         "job job-1 (borrower) is PENDING: the scheduler has not considered it yet"
     )
+
+
+def test_submit_wait_shows_each_retry_of_a_failing_task() -> None:
+    """The reason of every retry reads the same; the count tells them apart."""
+    lines = [
+        describe(pending_job(reason="retrying: task main-0 exited with code 3", retries=n)) for n in (1, 2)
+    ]
+    assert lines == [
+        "job-1 PENDING (retry 1): retrying: task main-0 exited with code 3",
+        "job-1 PENDING (retry 2): retrying: task main-0 exited with code 3",
+    ]
