@@ -65,7 +65,7 @@ class CorralPolicy:
         # By job id, what ``_pending_job`` and ``_running_job`` would build the same way every
         # round: rebuilding them for every job every round was most of a replay's time.
         self._first_snapshot: dict[str, PendingJob] = {}
-        self._running_snapshot: dict[str, tuple[Placement, RunningJob]] = {}
+        self._running_snapshot: dict[str, RunningJob] = {}  # dropped when the job stops
         self._per_node = 8
 
     def submit(self, job: Job, now: float) -> None:
@@ -122,6 +122,7 @@ class CorralPolicy:
             for preemption in result.preemptions:
                 victim = self.running.pop(preemption.job_id)
                 self.promoted.discard(victim.id)
+                self._running_snapshot.pop(victim.id, None)
                 cluster.release(victim.stop(now))
                 victim.preemptions += 1
                 self.pending[victim.id] = victim
@@ -169,16 +170,12 @@ class CorralPolicy:
         """Built the first round after each placement, then brought up to date in place:
         the planner reads a ``RunningJob`` only while ``plan`` runs, and its result names
         jobs by id, so nothing holds on to the last round's values."""
-        placement = job.placement
-        assert placement is not None
-        held = self._running_snapshot.get(job.id)
-        if held is None or held[0] is not placement:  # placed since it was last read
-            slices = tuple((str(piece.node), piece.gpus) for piece in placement.slices)
-            held = self._running_snapshot[job.id] = (
-                placement,
-                RunningJob(job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True),
-            )
-        snapshot = held[1]
+        snapshot = self._running_snapshot.get(job.id)
+        if snapshot is None:
+            assert job.placement is not None
+            slices = tuple((str(piece.node), piece.gpus) for piece in job.placement.slices)
+            snapshot = RunningJob(job.id, "default", job.vc, 0, GPU_TYPE, slices, borrowed=True)
+            self._running_snapshot[job.id] = snapshot
         snapshot.runtime_s = now - job.since_s
         snapshot.attained_gpu_s = job.attained_at(now)
         snapshot.waited_s = job.waited_s
