@@ -55,6 +55,10 @@ def main() -> None:
         f"rank={rank} first_loss={first_loss:.5f} final_loss={last_loss:.5f} params_sha256={digest}",
         flush=True,
     )
+    # Both ranks done before either tears gloo down: one rank destroying the group while
+    # the other's last all-reduce is still being retired aborted it once ("terminate
+    # called without an active exception", exit 134) after it had printed its result.
+    dist.barrier()
     dist.destroy_process_group()
 
 
