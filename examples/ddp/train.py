@@ -10,6 +10,12 @@ parameters, so the job's logs show that it really trained together:
 
 Corral gives every task the rendezvous environment (MASTER_ADDR, MASTER_PORT,
 WORLD_SIZE, RANK, LOCAL_RANK), which ``init_process_group("gloo")`` reads by itself.
+
+Teardown is explicit: the model lives only inside ``train``, so once it returns nothing
+holds the process group, and ``destroy_process_group`` frees gloo's backend (its worker
+threads, its TCP loop and rank 0's store server) before the interpreter exits. Threads
+still running while a process exits race its teardown and can abort it after it has
+printed its result (see the ``torch._dynamo`` import below).
 """
 
 from __future__ import annotations
@@ -18,6 +24,14 @@ import hashlib
 import os
 
 import torch
+
+# DistributedDataParallel's constructor imports torch._dynamo. Imported for the first time
+# while a process group exists, it keeps that group alive (torch 2.13): no later
+# destroy_process_group could free its gloo backend, whose threads then ran on while the
+# interpreter exited, and that race sometimes aborted a rank after its last line
+# ("terminate called without an active exception", exit 134). Imported before the group
+# exists, it keeps nothing.
+import torch._dynamo
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -25,9 +39,8 @@ from torch.nn.parallel import DistributedDataParallel
 STEPS = int(os.environ.get("TRAIN_STEPS", "300"))
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+def train(rank: int, world: int) -> str:
+    """Train this rank's replica; the line to print at the end."""
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts them)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
     optimiser = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -49,17 +62,18 @@ def main() -> None:
             print(f"rank={rank} world={world} step={step} loss={last_loss:.5f}", flush=True)
 
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    # Exact bits of every parameter (float.hex), without needing NumPy.
+    # Exact bits of every parameter (float.hex), the same on every rank.
     digest = hashlib.sha256(",".join(float(v).hex() for v in flat.tolist()).encode()).hexdigest()
-    print(
-        f"rank={rank} first_loss={first_loss:.5f} final_loss={last_loss:.5f} params_sha256={digest}",
-        flush=True,
-    )
-    # Both ranks done before either tears gloo down: one rank destroying the group while
-    # the other's last all-reduce is still being retired aborted it once ("terminate
-    # called without an active exception", exit 134) after it had printed its result.
-    dist.barrier()
-    dist.destroy_process_group()
+    return f"rank={rank} first_loss={first_loss:.5f} final_loss={last_loss:.5f} params_sha256={digest}"
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    try:
+        print(train(dist.get_rank(), dist.get_world_size()), flush=True)
+        dist.barrier()  # every rank's collectives done before any rank tears down
+    finally:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
