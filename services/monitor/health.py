@@ -9,6 +9,10 @@ trouble are told apart:
   ECC counts belong to the driver and survive an exporter restart.
 - **lasting conditions** (a lost GPU, a failed row remap, fewer GPUs than expected) act
   while they last, unless an admin accepted them by undraining (``waivers``).
+- **a node whose GPUs cannot be read** (NVML fails where the kernel shows NVIDIA GPUs:
+  the exporter's ``gpu_fault``) acts once per exporter start and each time the fault
+  comes back, like an event: an admin who undrains it (to run CPU work there, say) is
+  not overruled until the exporter restarts or the fault clears and returns.
 
 Only the last Xid of a GPU is visible per heartbeat; two Xids within one second count
 as the later one.
@@ -28,7 +32,7 @@ from shared.events.nodes import GpuSample
 
 RULES_PATH = Path(__file__).parent / "health_rules.yaml"
 Action = Literal["drain", "evict", "ignore"]
-Condition = Literal["gpu_lost", "gpu_missing", "uncorrectable_ecc", "remap_failure"]
+Condition = Literal["gpu_lost", "gpu_missing", "uncorrectable_ecc", "remap_failure", "gpu_unreadable"]
 
 
 class Rule(BaseModel):
@@ -70,6 +74,7 @@ class HealthMarks:
     boot_id: str = ""
     xid_counts: dict[int, int] = field(default_factory=dict)
     ecc_counts: dict[int, int] = field(default_factory=dict)
+    gpu_fault_seen: bool = False
 
     @classmethod
     def from_json(cls, doc: dict[str, object]) -> HealthMarks:
@@ -77,13 +82,19 @@ class HealthMarks:
             raw = doc.get(key) or {}
             return {int(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
-        return cls(boot_id=str(doc.get("boot_id", "")), xid_counts=counts("xid"), ecc_counts=counts("ecc"))
+        return cls(
+            boot_id=str(doc.get("boot_id", "")),
+            xid_counts=counts("xid"),
+            ecc_counts=counts("ecc"),
+            gpu_fault_seen=bool(doc.get("gpu_fault")),
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
             "boot_id": self.boot_id,
             "xid": {str(k): v for k, v in self.xid_counts.items()},
             "ecc": {str(k): v for k, v in self.ecc_counts.items()},
+            "gpu_fault": self.gpu_fault_seen,
         }
 
 
@@ -97,9 +108,13 @@ def evaluate(
     waivers: frozenset[str],
     expected_gpus: int,
     rules: HealthRules,
+    gpu_fault: str = "",
 ) -> tuple[list[Finding], HealthMarks]:
     findings: list[Finding] = []
     new_boot = boot_id != marks.boot_id
+    if gpu_fault and (new_boot or not marks.gpu_fault_seen):
+        rule = rules.conditions["gpu_unreadable"]
+        findings.append(Finding(None, "gpu_unreadable", rule.action, f"{gpu_fault} ({rule.meaning})"))
     seen_xids = {} if new_boot else dict(marks.xid_counts)
     seen_ecc = dict(marks.ecc_counts)
     for gpu in gpus:
@@ -146,7 +161,8 @@ def evaluate(
             )
         )
     findings = [f for f in findings if f.condition not in LASTING or f.waiver not in waivers]
-    return findings, HealthMarks(boot_id=boot_id, xid_counts=seen_xids, ecc_counts=seen_ecc)
+    marks_now = HealthMarks(boot_id, seen_xids, seen_ecc, gpu_fault_seen=bool(gpu_fault))
+    return findings, marks_now
 
 
 def lasting_conditions(gpus: list[GpuSample]) -> list[str]:
@@ -156,11 +172,13 @@ def lasting_conditions(gpus: list[GpuSample]) -> list[str]:
     return waivers  # (a missing GPU needs none: undraining lowers expected_gpus instead)
 
 
-def suspicious(gpus: list[GpuSample], expected_gpus: int) -> tuple[object, ...]:
+def suspicious(gpus: list[GpuSample], expected_gpus: int, gpu_fault: str = "") -> tuple[object, ...]:
     """A cheap fingerprint of everything the rules look at; empty for a healthy node.
 
     The ingest path runs the full (transactional) evaluation only when this changes.
     """
+    if gpu_fault:
+        return (("unreadable", gpu_fault),)
     marks = tuple(
         (g.index, g.xid_count, g.last_xid, g.ecc_uncorrected_volatile, g.lost, g.remap_failure)
         for g in gpus

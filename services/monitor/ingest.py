@@ -118,7 +118,7 @@ class HeartbeatIngest:
             self._unregistered[node_id] = payload
         else:
             self._untouched[node_id] = payload
-        fingerprint = suspicious(data.gpus, known.expected_gpus if known else 0)
+        fingerprint = suspicious(data.gpus, known.expected_gpus if known else 0, data.gpu_fault)
         if fingerprint != self._health_seen.get(node_id, ()):
             self._health_due[node_id] = payload
 
@@ -173,7 +173,8 @@ class HeartbeatIngest:
                 # Not stored yet (registration comes in slices): check it once it is.
                 self._health_due.setdefault(node_id, health_due[node_id])
                 continue
-            self._health_seen[node_id] = suspicious(data.gpus, self._registered[node_id].expected_gpus)
+            expected = self._registered[node_id].expected_gpus
+            self._health_seen[node_id] = suspicious(data.gpus, expected, data.gpu_fault)
 
     def _needs_registration(self, data: NodeTelemetryData) -> bool:
         known = self._registered.get(data.node_id)

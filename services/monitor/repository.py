@@ -248,7 +248,13 @@ async def check_health(conn: Connection, data: NodeTelemetryData, rules: HealthR
         return []
     marks = HealthMarks.from_json(row["health_marks"])
     findings, new_marks = evaluate(
-        data.gpus, data.boot_id, marks, frozenset(row["health_waivers"]), row["expected_gpus"], rules
+        data.gpus,
+        data.boot_id,
+        marks,
+        frozenset(row["health_waivers"]),
+        row["expected_gpus"],
+        rules,
+        data.gpu_fault,
     )
     if new_marks != marks:
         await conn.execute(SQL.save_health_marks, data.node_id, new_marks.to_json())

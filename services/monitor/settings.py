@@ -44,8 +44,13 @@ class ExporterSettings(BaseSettings):
     # Where tasks on this node are reached by their peers (MASTER_ADDR, PAI_HOST_IP_*).
     address: str = Field(default_factory=lambda: _own_address(), max_length=253)
     interval_s: float = Field(default=1.0, gt=0)
-    # "auto": NVML when it finds GPUs, simulated otherwise; "nvml" or "simulated" force one.
+    # "auto": NVML on a machine with NVIDIA GPUs (a node whose NVML fails there reports the
+    # error and is drained, never simulated), simulated GPUs on a machine with none;
+    # "nvml" or "simulated" force one.
     backend: str = Field(default="auto", pattern="^(auto|nvml|simulated)$")
+    # Where the machine's /sys is seen, to find its NVIDIA GPUs without NVML ("/" on the
+    # node itself; a container may mount the host's elsewhere).
+    device_root: Path = Path("/")
     simulated_gpus: int = Field(default=8, ge=0, le=64)
     simulated_model: str = "Simulated H100 80GB"
     # Simulated GPUs in NVLink domains of this many consecutive GPUs (0: one domain, as on

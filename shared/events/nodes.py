@@ -187,6 +187,13 @@ class NodeTelemetryData(EventData):
         default=0, ge=0, le=INT63, description="memory tasks may use, MiB; 0: not reported (no memory limit)"
     )
     gpus: list[GpuSample] = Field(max_length=1024)
+    gpu_fault: str = Field(
+        default="",
+        max_length=2000,
+        pattern=TEXT,
+        description="why this node's GPUs cannot be read (NVML's error on a machine with NVIDIA "
+        "GPUs); '' when they can. The monitor drains a node that reports one.",
+    )
 
     @model_validator(mode="after")
     def _one_sample_per_gpu(self) -> NodeTelemetryData:

@@ -50,6 +50,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
                 rack=settings.exporter.rack,
                 cpus=capacity.cpus,
                 memory_mb=capacity.memory_mb,
+                gpu_fault=backend.fault,
             ),
         )
         try:
@@ -70,6 +71,7 @@ async def serve(settings: Settings) -> None:
         simulated_model=exporter.simulated_model,
         faults_file=exporter.faults_file,
         simulated_nvlink_domain_size=exporter.simulated_nvlink_domain_size,
+        device_root=exporter.device_root,
     )
     bus = await NatsBus.connect(settings.common.nats, name=f"corral-exporter-{exporter.node_id}")
     try:

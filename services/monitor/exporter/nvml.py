@@ -128,6 +128,7 @@ class NvmlGpus:
     """Every GPU NVML sees on this machine."""
 
     simulated = False
+    fault = ""  # (GpuBackend: nothing stops this backend reading its GPUs)
 
     def __init__(self) -> None:
         pynvml.nvmlInit()

@@ -81,6 +81,7 @@ class SimulatedGpus:
     """N identical GPUs with plausible readings, plus whatever the fault script says."""
 
     simulated = True
+    fault = ""  # (GpuBackend: nothing stops this backend reading its GPUs)
 
     def __init__(
         self,
