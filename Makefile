@@ -10,11 +10,22 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
+# Each step that can fail on a new machine says which step, why, and what to do.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,examples]'
-	touch $(STAMP)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "make: setup failed: Corral needs Python 3.11 or newer as '$(PYTHON)' (found: $$($(PYTHON) --version 2>&1))"; \
+	  echo "  fix: install Python 3.11+ (Debian: apt-get install python3 python3-venv), or make PYTHON=python3.11"; \
+	  exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); \
+	  echo "make: setup failed: '$(PYTHON) -m venv' could not create $(VENV)"; \
+	  echo "  fix: install Python's venv module (Debian: apt-get install python3-venv), then run make again"; \
+	  exit 1; }
+	@$(BIN)/python -m pip install --quiet --upgrade pip && \
+	  $(BIN)/python -m pip install --quiet -e '.[dev,examples]' || { \
+	  echo "make: setup failed: pip could not install Corral's pinned dependencies into $(VENV) (see above)"; \
+	  echo "  fix: check that this machine reaches the Python package index (or its mirror: PIP_INDEX_URL), then run make again"; \
+	  exit 1; }
+	@touch $(STAMP)
 
 up: $(STAMP)
 	$(BIN)/python -m corral up

@@ -28,6 +28,7 @@ import typer
 from corral.commands import alerts, events, jobs, login, nodes, tenants, vcs, webhooks
 from corral.commands.errors import INTERRUPTED, UsageProblem, exit_code, message
 from corral.commands.session import Options
+from corral.local.problems import StartupProblem
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
 from corral.sdk import CorralError
 
@@ -66,7 +67,12 @@ def build() -> typer.Typer:
     @app.command("up")
     def up() -> None:
         """Run Corral on this machine (private NATS + Postgres)."""
-        raise typer.Exit(Supervisor(StackConfig.from_environment()).run())
+        try:
+            code = Supervisor(StackConfig.from_environment()).run()
+        except StartupProblem as problem:  # the step, the cause and the fix; no traceback
+            print(f"corral up: {problem}", file=sys.stderr)
+            code = 1
+        raise typer.Exit(code)
 
     for name, module in SERVICES:
         app.command(name, help=f"Run the {name} service in the foreground.")(_service(module))

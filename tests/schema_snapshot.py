@@ -14,7 +14,7 @@ from pathlib import Path
 
 import asyncpg
 
-from corral.local.postgres import find_pg_bin
+from corral.local.pg_install import find_pg_bin
 from shared.db.migrations import apply_migrations
 from shared.db.pool import connect
 from shared.settings import DatabaseSettings

@@ -17,13 +17,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from corral.local.nats import LocalNats
-from corral.local.ports import free_ports
+from corral.local.ports import free_ports, port_open
 from corral.local.postgres import LocalPostgres
+from corral.local.problems import StartupProblem
 
 # (name, module). The exporter and agent together are "the node" on this machine.
 NODE_SERVICES = frozenset({"exporter", "agent"})
@@ -61,12 +63,12 @@ class StackConfig:
         env = os.environ
         return cls(
             home=Path(env.get("CORRAL_HOME", ".corral")).resolve(),
-            api_port=int(env.get("CORRAL_PORT", "8080")),
+            api_port=_port(env, "CORRAL_PORT", 8080),
             database_url=env.get("CORRAL_DATABASE_URL") or None,
             nats_url=env.get("CORRAL_NATS_URL") or None,
-            pg_port=int(env.get("CORRAL_PG_PORT", "5433")),
-            nats_port=int(env.get("CORRAL_NATS_PORT", "4222")),
-            simulated_gpus=int(env.get("CORRAL_SIMULATED_GPUS", "8")),
+            pg_port=_port(env, "CORRAL_PG_PORT", 5433),
+            nats_port=_port(env, "CORRAL_NATS_PORT", 4222),
+            simulated_gpus=_whole_number(env, "CORRAL_SIMULATED_GPUS", 8, 0, 64),
             node_id=env.get("CORRAL_NODE_ID", "local"),
             simulated_nodes=_simulated_nodes(env.get("CORRAL_SIMULATED_NODES", "1")),
             services=_services(env.get("CORRAL_SERVICES", "")),
@@ -78,16 +80,29 @@ class StackConfig:
         return tuple(f"{self.node_id}-{n}" for n in range(1, self.simulated_nodes + 1))
 
 
-def _simulated_nodes(given: str) -> int:
+def _whole_number(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    given = env.get(name, str(default))
     try:
-        count = int(given)
+        value = int(given)
     except ValueError:
-        count = 0
-    if not 1 <= count <= MAX_SIMULATED_NODES:
-        raise SystemExit(
-            f"CORRAL_SIMULATED_NODES must be a whole number from 1 to {MAX_SIMULATED_NODES}, got {given!r}"
+        value = low - 1
+    if not low <= value <= high:
+        raise StartupProblem(
+            "settings",
+            f"{name} must be a whole number from {low} to {high}, got {given!r}",
+            f"set {name} to such a number, or unset it for {default}",
         )
-    return count
+    return value
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    return _whole_number(env, name, default, 1, 65535)
+
+
+def _simulated_nodes(given: str) -> int:
+    return _whole_number(
+        {"CORRAL_SIMULATED_NODES": given}, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES
+    )
 
 
 def _services(listed: str) -> tuple[str, ...]:
@@ -95,8 +110,21 @@ def _services(listed: str) -> tuple[str, ...]:
     wanted = tuple(name.strip() for name in listed.split(",") if name.strip())
     unknown = [name for name in wanted if name not in known]
     if unknown:
-        raise SystemExit(f"CORRAL_SERVICES names unknown services {unknown}; choose from {', '.join(known)}")
+        raise StartupProblem(
+            "settings",
+            f"CORRAL_SERVICES names unknown services {unknown}",
+            f"choose from {', '.join(known)}, or unset it to run them all",
+        )
     return wanted or tuple(known)
+
+
+def _check_port_free(port: int, step: str, setting: str) -> None:
+    if port_open(port):
+        raise StartupProblem(
+            step,
+            f"port {port} is already in use on 127.0.0.1 (another program, or another `make up`)",
+            f"stop what holds it, or choose another port with {setting}",
+        )
 
 
 @dataclass
@@ -166,8 +194,14 @@ class Supervisor:
             database_url = self.postgres.local_url()
         nats_url = self.config.nats_url
         if nats_url is None:
+            _check_port_free(self.config.nats_port, "NATS", "CORRAL_NATS_PORT")
             self.nats = LocalNats(home / "nats", self.config.nats_port)
-            self.nats.start(log_file=home / "logs" / "nats.log")
+            try:
+                self.nats.start(log_file=home / "logs" / "nats.log")
+            except (OSError, RuntimeError) as exc:
+                raise StartupProblem(
+                    "NATS", str(exc), f"see its log, {home / 'logs' / 'nats.log'}; or set CORRAL_NATS_URL"
+                ) from exc
             nats_url = self.nats.url
         return database_url, nats_url
 
@@ -261,8 +295,9 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._request_stop)
         try:
-            self.config.home.mkdir(parents=True, exist_ok=True)
-            (self.config.home / "logs").mkdir(exist_ok=True)
+            self._make_home()
+            if "api" in self.config.services:
+                _check_port_free(self.config.api_port, "API", "CORRAL_PORT")
             database_url, nats_url = self.start_servers()
             self.start_services(database_url, nats_url)
             nodes = self.config.node_ids()
@@ -278,6 +313,17 @@ class Supervisor:
         finally:
             self.stop()
         return 0
+
+    def _make_home(self) -> None:
+        try:
+            self.config.home.mkdir(parents=True, exist_ok=True)
+            (self.config.home / "logs").mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StartupProblem(
+                "CORRAL_HOME",
+                f"{self.config.home} cannot be made or written ({exc.strerror})",
+                "set CORRAL_HOME to a directory you can write",
+            ) from exc
 
     def _request_stop(self, *_: object) -> None:
         self._stopping = True

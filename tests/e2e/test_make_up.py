@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.local.ports import free_port
+from corral.local.problems import StartupProblem
 from corral.local.supervisor import StackConfig
 from tests.e2e.stack import Stack, submit, submit_spec, wait_state
 from tests.infra import world_readable_tempdir
@@ -92,6 +93,6 @@ def test_a_bad_node_count_is_refused_before_anything_starts(
 ) -> None:
     monkeypatch.setenv("CORRAL_SIMULATED_NODES", given)
     with pytest.raises(
-        SystemExit, match=f"CORRAL_SIMULATED_NODES must be a whole number from 1 to 64, got '{given}'"
+        StartupProblem, match=f"CORRAL_SIMULATED_NODES must be a whole number from 1 to 64, got '{given}'"
     ):
         StackConfig.from_environment()
