@@ -171,10 +171,16 @@ class Newcomer:
         log = self.parent / "make-test.log"
         with log.open("wb") as out:
             done = subprocess.run(["make", "test"], cwd=self.checkout, env=self.env, stdout=out, stderr=out)
-        summary = [line for line in log.read_text(errors="replace").splitlines() if " passed" in line]
+        output = log.read_text(errors="replace").splitlines()
+        summary = [line for line in output if " passed" in line]
         print(f"fresh-clone: make test: {summary[-1] if summary else '(no summary)'}", flush=True)
         if done.returncode != 0:
-            raise StepFailed(f"make test exited with {done.returncode}; its output is in {log}")
+            kept = Path(tempfile.gettempdir()) / f"corral-fresh-{self.ref[:12]}-make-test.log"
+            shutil.copyfile(log, kept)  # the clone goes; its failures stay readable
+            failures = [line for line in output if line.startswith(("FAILED ", "ERROR "))]
+            raise StepFailed(
+                f"make test exited with {done.returncode}; its output is in {kept}\n" + "\n".join(failures)
+            )
         self.step("make test", started)
 
     def tail(self, lines: int = 30) -> str:

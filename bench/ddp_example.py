@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import statistics
 import sys
 import time
@@ -32,7 +33,9 @@ ALARMING = ("terminate called", "Aborted", "Traceback", "Warning", "warn(")
 def example_spec(steps: int) -> dict[str, Any]:
     spec: dict[str, Any] = json.loads((EXAMPLE / "job.json").read_text())
     task = spec["tasks"][0]
-    task["command"] = task["command"].format(python=sys.executable, script=EXAMPLE / "train.py")
+    task["command"] = task["command"].format(
+        python=shlex.quote(sys.executable), script=shlex.quote(str(EXAMPLE / "train.py"))
+    )
     task["env"]["TRAIN_STEPS"] = str(steps)
     return spec
 

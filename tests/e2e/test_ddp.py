@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ FINAL = re.compile(r"rank=(\d) first_loss=([\d.]+) final_loss=([\d.]+) params_sh
 async def test_ddp_example_trains_as_a_gang_with_identical_final_parameters(stack: Stack) -> None:
     spec = json.loads((EXAMPLE / "job.json").read_text())
     task = spec["tasks"][0]
-    task["command"] = task["command"].format(python=sys.executable, script=EXAMPLE / "train.py")
+    task["command"] = task["command"].format(
+        python=shlex.quote(sys.executable), script=shlex.quote(str(EXAMPLE / "train.py"))
+    )
     async with stack.client() as http:
         job_id = await submit_spec(http, spec)
         job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED"}, timeout_s=180)
