@@ -30,13 +30,16 @@ CHECKSUM = re.compile(r"params_sha256=([0-9a-f]{64})")
 ALARMING = ("terminate called", "Aborted", "Traceback", "Warning", "warn(")
 
 
-def example_spec(steps: int) -> dict[str, Any]:
+def example_spec(steps: int | None = None) -> dict[str, Any]:
+    """``examples/ddp/job.json`` as ``submit.sh`` fills it in (quoted paths: a checkout's
+    may hold spaces); ``steps`` overrides its TRAIN_STEPS."""
     spec: dict[str, Any] = json.loads((EXAMPLE / "job.json").read_text())
     task = spec["tasks"][0]
     task["command"] = task["command"].format(
         python=shlex.quote(sys.executable), script=shlex.quote(str(EXAMPLE / "train.py"))
     )
-    task["env"]["TRAIN_STEPS"] = str(steps)
+    if steps is not None:
+        task["env"]["TRAIN_STEPS"] = str(steps)
     return spec
 
 

@@ -10,6 +10,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
+from corral.local.problems import StartupProblem
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -37,6 +39,16 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.2)
         return sock.connect_ex((host, port)) == 0
+
+
+def check_port_free(port: int, step: str, setting: str) -> None:
+    """Refuse, before a server is started, a port something already listens on."""
+    if port_open(port):
+        raise StartupProblem(
+            step,
+            f"port {port} is already in use on 127.0.0.1 (another program, or another `make up`)",
+            f"stop what holds it, or choose another port with {setting}",
+        )
 
 
 @contextmanager

@@ -35,7 +35,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from corral.local.pg_install import PostgresInstall, choose_install
-from corral.local.ports import child_output, port_open, wait_until_listening
+from corral.local.ports import check_port_free, child_output, wait_until_listening
 from corral.local.problems import StartupProblem
 
 # A Unix socket's path must fit in sockaddr_un's 108 bytes, NUL included.
@@ -43,6 +43,10 @@ _MAX_SOCKET_PATH = 107
 DEFAULT_ACCOUNT = "corral-postgres"
 RELOCATED_ROOT = Path("/var/lib/corral/postgres")
 STEP = "Postgres"
+_UNREACHABLE_HOME_FIX = (
+    "set CORRAL_HOME to a directory that account can reach (such as one under /srv), "
+    "or CORRAL_DATABASE_URL to an existing server"
+)
 # A system account with its own group, no home and no login: it only runs the server.
 _USERADD = (
     "useradd",
@@ -176,15 +180,13 @@ class LocalPostgres:
                 STEP,
                 f"the database's account {self.run_as!r} cannot reach {self.directory} (a parent "
                 f"directory is private), and {place} could not be made for it instead ({exc})",
-                "set CORRAL_HOME to a directory that account can reach (such as one under /srv), "
-                "or CORRAL_DATABASE_URL to an existing server",
+                _UNREACHABLE_HOME_FIX,
             ) from exc
         if not self._owner_can("w", place):
             raise StartupProblem(
                 STEP,
                 f"the database's account {self.run_as!r} can reach neither {self.directory} nor {place}",
-                "set CORRAL_HOME to a directory that account can reach (such as one under /srv), "
-                "or CORRAL_DATABASE_URL to an existing server",
+                _UNREACHABLE_HOME_FIX,
             )
         (self.directory / "data").symlink_to(place / "data", target_is_directory=True)
         return place
@@ -237,12 +239,7 @@ class LocalPostgres:
             pwfile.unlink(missing_ok=True)
 
     def start(self, *, log_file: Path | None = None, timeout_s: float = 30.0) -> None:
-        if port_open(self.port):
-            raise StartupProblem(
-                STEP,
-                f"port {self.port} is already in use on 127.0.0.1 (another Postgres, or another `make up`)",
-                "stop what holds it, or choose another port with CORRAL_PG_PORT",
-            )
+        check_port_free(self.port, STEP, "CORRAL_PG_PORT")
         self.init()
         assert self.install is not None
         socket_dir = self.socket_dir

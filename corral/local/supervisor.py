@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from corral.local.nats import LocalNats
-from corral.local.ports import free_ports, port_open
+from corral.local.ports import check_port_free, free_ports
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
 
@@ -70,7 +70,7 @@ class StackConfig:
             nats_port=_port(env, "CORRAL_NATS_PORT", 4222),
             simulated_gpus=_whole_number(env, "CORRAL_SIMULATED_GPUS", 8, 0, 64),
             node_id=env.get("CORRAL_NODE_ID", "local"),
-            simulated_nodes=_simulated_nodes(env.get("CORRAL_SIMULATED_NODES", "1")),
+            simulated_nodes=_whole_number(env, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES),
             services=_services(env.get("CORRAL_SERVICES", "")),
         )
 
@@ -99,12 +99,6 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     return _whole_number(env, name, default, 1, 65535)
 
 
-def _simulated_nodes(given: str) -> int:
-    return _whole_number(
-        {"CORRAL_SIMULATED_NODES": given}, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES
-    )
-
-
 def _services(listed: str) -> tuple[str, ...]:
     known = [name for name, _ in SERVICES]
     wanted = tuple(name.strip() for name in listed.split(",") if name.strip())
@@ -116,15 +110,6 @@ def _services(listed: str) -> tuple[str, ...]:
             f"choose from {', '.join(known)}, or unset it to run them all",
         )
     return wanted or tuple(known)
-
-
-def _check_port_free(port: int, step: str, setting: str) -> None:
-    if port_open(port):
-        raise StartupProblem(
-            step,
-            f"port {port} is already in use on 127.0.0.1 (another program, or another `make up`)",
-            f"stop what holds it, or choose another port with {setting}",
-        )
 
 
 @dataclass
@@ -194,7 +179,7 @@ class Supervisor:
             database_url = self.postgres.local_url()
         nats_url = self.config.nats_url
         if nats_url is None:
-            _check_port_free(self.config.nats_port, "NATS", "CORRAL_NATS_PORT")
+            check_port_free(self.config.nats_port, "NATS", "CORRAL_NATS_PORT")
             self.nats = LocalNats(home / "nats", self.config.nats_port)
             try:
                 self.nats.start(log_file=home / "logs" / "nats.log")
@@ -297,7 +282,7 @@ class Supervisor:
         try:
             self._make_home()
             if "api" in self.config.services:
-                _check_port_free(self.config.api_port, "API", "CORRAL_PORT")
+                check_port_free(self.config.api_port, "API", "CORRAL_PORT")
             database_url, nats_url = self.start_servers()
             self.start_services(database_url, nats_url)
             nodes = self.config.node_ids()

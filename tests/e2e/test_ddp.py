@@ -4,29 +4,21 @@ running when its interpreter exits."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 import subprocess
 import sys
-from pathlib import Path
 
+from bench.ddp_example import EXAMPLE, example_spec
 from corral.local.ports import free_port
 from tests.e2e.stack import Stack, submit_spec, wait_state
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp"
 FINAL = re.compile(r"rank=(\d) first_loss=([\d.]+) final_loss=([\d.]+) params_sha256=([0-9a-f]{64})")
 
 
 async def test_ddp_example_trains_as_a_gang_with_identical_final_parameters(stack: Stack) -> None:
-    spec = json.loads((EXAMPLE / "job.json").read_text())
-    task = spec["tasks"][0]
-    task["command"] = task["command"].format(
-        python=shlex.quote(sys.executable), script=shlex.quote(str(EXAMPLE / "train.py"))
-    )
     async with stack.client() as http:
-        job_id = await submit_spec(http, spec)
+        job_id = await submit_spec(http, example_spec())
         job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED"}, timeout_s=180)
         logs = [
             (await http.get(f"/api/v1/jobs/{job_id}/logs", params={"task": f"worker-{i}"})).text
