@@ -88,6 +88,15 @@ class Resources(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$",
         description="GPU type, e.g. H100 (as `corral gpus` shows it); any type when omitted",
     )
+    numa: Literal["preferred", "required"] = Field(
+        default="preferred",
+        description=(
+            "CPU placement against the GPUs' NUMA node. preferred (default): cores on the GPUs' "
+            "node when free, else free cores elsewhere, because a job that starts now unaligned "
+            "usually finishes before one that waits for alignment; required: never cores of "
+            "another node (shares the node's cores when none are free)"
+        ),
+    )
 
 
 Classification = Literal["transient", "permanent", "unknown"]

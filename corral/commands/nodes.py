@@ -24,6 +24,7 @@ def node_rows(nodes: list[Node]) -> list[list[str]]:
             + (f" (of {n.expected_gpus})" if n.expected_gpus > n.gpu_count else ""),
             str(n.lost_gpus),
             "simulated" if n.simulated else "nvml",
+            n.isolation + (" (cpus shared)" if n.cpu_sharing else ""),
             age(n.last_heartbeat),
             n.drain_reason or "",
         ]
@@ -31,7 +32,7 @@ def node_rows(nodes: list[Node]) -> list[list[str]]:
     ]
 
 
-NODE_HEADERS = ["NODE", "STATE", "DRAIN", "GPUS USED", "LOST", "SOURCE", "HEARD", "REASON"]
+NODE_HEADERS = ["NODE", "STATE", "DRAIN", "GPUS USED", "LOST", "SOURCE", "ISOLATION", "HEARD", "REASON"]
 
 
 def _value(value: object, unit: str, unsupported: bool) -> str:
@@ -83,6 +84,9 @@ def register(app: typer.Typer) -> None:
             echo_json(detail)
             return
         echo_table(NODE_HEADERS, node_rows([detail.node]))
+        echo(f"isolation: {detail.node.isolation}: {detail.node.isolation_detail or '-'}")
+        if detail.node.cpu_sharing:
+            echo(f"cpus: {detail.node.cpu_sharing}")
         for gpu in detail.gpus:
             echo(gpu_line(gpu))
         if detail.health_events:

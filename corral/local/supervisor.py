@@ -41,6 +41,19 @@ SERVICES: tuple[tuple[str, str], ...] = (
 )
 
 
+def readable_for_jobs() -> list[Path]:
+    """What a job on ``make up``'s node may read wherever it lies: the Python installation
+    and virtualenv Corral runs on, and the checkout it runs from (its examples)."""
+    import corral  # (where this package lies, not what it offers)
+
+    places = [Path(sys.base_prefix), Path(sys.prefix), Path(corral.__file__).parents[1]]
+    system = (Path("/usr"), Path("/bin"), Path("/lib"))
+    found = [p.resolve() for p in places]
+    return [
+        p for p in dict.fromkeys(found) if p != Path("/") and not any(p.is_relative_to(s) for s in system)
+    ]
+
+
 @dataclass
 class StackConfig:
     home: Path
@@ -206,6 +219,13 @@ class Supervisor:
             # Where alerts are sent (receivers and routes); re-read when it changes.
             "CORRAL_ALERTER_ROUTING_FILE": str(self.config.home / "routing.yaml"),
             "CORRAL_ALERTER_RULES_FILE": str(self.config.home / "alert-rules.yaml"),
+            # A laptop's `make up` (not root) cannot sandbox tasks: they run as its user,
+            # and the node says isolation: none. As root, an agent that cannot isolate
+            # refuses to start unless this is set by hand.
+            "CORRAL_AGENT_ALLOW_UNISOLATED": "false" if os.geteuid() == 0 else "true",
+            # Jobs may run the Python Corral runs on and read this checkout (its examples),
+            # even where they lie in a private directory (root's home): read-only.
+            "CORRAL_AGENT_READABLE_PATHS": ":".join(str(p) for p in readable_for_jobs()),
             **os.environ,
             **self.config.extra_env,
             "CORRAL_HOME": str(self.config.home),
@@ -222,6 +242,7 @@ class Supervisor:
         }
         if several:  # simulated nodes all, or they would each claim this machine's GPUs
             env["CORRAL_EXPORTER_BACKEND"] = "simulated"
+            env["CORRAL_AGENT_WORK_DIR"] = str(self.config.home / "work" / node_id)
         if name == "api":
             del env["CORRAL_HEALTH_PORT"]
         return env
@@ -290,6 +311,7 @@ class Supervisor:
                 f"Corral is up: API http://127.0.0.1:{self.config.api_port} — admin token in "
                 f"{self.config.home / 'admin-token'} — logs in {self.config.home / 'logs'}"
                 + (f" — {len(nodes)} simulated nodes, {nodes[0]} … {nodes[-1]}" if len(nodes) > 1 else "")
+                + ("" if os.geteuid() == 0 else " — not root: tasks run unisolated, as you")
                 + ". Ctrl-C stops it."
             )
             while not self._stopping:

@@ -49,15 +49,34 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+# Fields other platforms' specs use to ask for privileges: a Corral job cannot, so their
+# error says why rather than only that they are unknown.
+PRIVILEGE_FIELDS = frozenset(
+    {
+        "uid", "gid", "user", "group", "run_as", "runAsUser", "runAsGroup", "privileged",
+        "capabilities", "cap_add", "securityContext", "security_context", "mounts", "volumes",
+        "volumeMounts", "devices", "device", "hostPath", "host_path", "hostNetwork", "host_network",
+        "hostPID", "hostIPC",
+    }
+)  # fmt: skip
+PRIVILEGE_MESSAGE = (
+    "a job cannot choose its uid, capabilities, mounts or devices: every task runs in "
+    "Corral's sandbox (README: Security model); remove this field"
+)
+
+
 def describe_validation_errors(errors: list[dict[str, Any]]) -> list[dict[str, str]]:
     described = []
     for error in errors:
         message = error.get("msg", "invalid")
-        if error.get("type") == "extra_forbidden":
+        location = tuple(error.get("loc", ()))
+        if error.get("type") == "extra_forbidden" and location and location[-1] in PRIVILEGE_FIELDS:
+            message = PRIVILEGE_MESSAGE
+        elif error.get("type") == "extra_forbidden":
             message = "unknown field; remove it or check its spelling"
         elif error.get("type") == "missing":
             message = "required field is missing"
-        described.append({"field": _field_path(tuple(error.get("loc", ()))), "message": message})
+        described.append({"field": _field_path(location), "message": message})
     return described
 
 

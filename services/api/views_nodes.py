@@ -23,6 +23,14 @@ class NodeView(BaseModel):
     gpus_in_use: int
     last_heartbeat: datetime
     rack: str = Field(description="its topology label (rack or switch); '' when its exporter gives none")
+    isolation: str = Field(
+        description="how its agent isolates tasks: sandbox (a uid, namespaces and cgroups of their "
+        "own), pod (Kubernetes), none (tasks run as the agent's own user), unknown (no agent yet)"
+    )
+    isolation_detail: str = Field(description="what that means on this node, or why it has no sandbox")
+    cpu_sharing: str | None = Field(
+        description="set when the node advertises more CPUs than its machine has: its tasks share cores"
+    )
 
 
 class GpuView(BaseModel):

@@ -38,11 +38,41 @@ class AgentSettings(BaseSettings):
     # Default: $CORRAL_HOME/logs, and a directory in shared memory (``Settings.state_dir``).
     log_dir: Path | None = None
     state_dir: Path | None = None
+    # Where jobs' working directories are made (default: $CORRAL_HOME/work). Simulated
+    # nodes sharing one home get one each: a job's tasks on two nodes run as two uids.
+    work_dir: Path | None = None
     reconcile_interval_s: float = Field(default=2.0, gt=0)
     stop_grace_s: float = Field(default=10.0, ge=0)
     # The agent renews its lease every third of this; a node whose agent has been silent
     # this long is declared lost and its tasks are retried elsewhere.
     lease_s: float = Field(default=15.0, gt=0)
+
+    # Isolation (services/launcher/agent/sandbox). A root agent runs every task in a
+    # sandbox; an agent that cannot (not root, no cgroups) refuses to start unless this
+    # allows it to run tasks as its own user, unisolated (its node shows isolation: none).
+    allow_unisolated: bool = False
+    # "dynamic": a uid of its own per job and node, from uid_range (systemd's DynamicUser);
+    # "account": the submitter's own POSIX account (Slurm's model; uids agree across nodes).
+    run_as: Literal["dynamic", "account"] = "dynamic"
+    uid_range: str = Field(default="61184-65519", pattern=r"^[1-9][0-9]*-[1-9][0-9]*$")
+    pids_max: int = Field(default=4096, ge=16)
+    # Host directories tasks may write besides their own (shared datasets, checkpoints):
+    # colon-separated. Everything else of the host is read-only to a task.
+    writable_paths: str = ""
+    # Host directories tasks may read even where a parent is private or hidden (an
+    # interpreter installed in root's home, a checkout in a private directory): each is
+    # shown read-only at its own path. Colon-separated.
+    readable_paths: str = ""
+    sandbox_helper: Path | None = None  # a prebuilt corral-sandbox (else built with cc)
+    cgroup_root: Path | None = None  # a delegated cgroup v2 subtree (else /sys/fs/cgroup)
+    device_root: Path = Path("/dev")  # where the GPUs' device nodes are
+    # Where uid claims are kept: one directory for every agent of the machine.
+    uid_claims_dir: Path = Path("/run/corral/uids")
+
+    @property
+    def uid_bounds(self) -> tuple[int, int]:
+        first, last = self.uid_range.split("-")
+        return int(first), int(last)
 
 
 class Settings(BaseSettings):
@@ -58,9 +88,16 @@ class Settings(BaseSettings):
         return (self.agent.log_dir or self.common.paths.home / "logs").resolve()
 
     @property
+    def sandbox_scope(self) -> str:
+        """The node's name for its cgroups and uid claims: its id and its home's, since
+        test stacks (and simulated nodes of several homes) may share one node id."""
+        home = self.common.paths.home.resolve()
+        return f"{self.agent.node_id}.{hashlib.sha256(str(home).encode()).hexdigest()[:8]}"
+
+    @property
     def work_dir(self) -> Path:
         """Each job's working directory lives under here (shared by its tasks on a node)."""
-        return (self.common.paths.home / "work").resolve()
+        return (self.agent.work_dir or self.common.paths.home / "work").resolve()
 
     @property
     def state_dir(self) -> Path:

@@ -324,7 +324,10 @@ CREATE TABLE launcher.agents (
     epoch bigint NOT NULL,
     lease_expires_at timestamp with time zone NOT NULL,
     lost_at timestamp with time zone,
-    registered_at timestamp with time zone DEFAULT now() NOT NULL
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    isolation text DEFAULT 'unknown'::text NOT NULL,
+    isolation_detail text DEFAULT ''::text NOT NULL,
+    machine_cpus integer DEFAULT 0 NOT NULL
 );
 CREATE TABLE launcher.attempts (
     id text NOT NULL,

@@ -95,6 +95,32 @@ async def test_bad_specs_get_a_problem_naming_the_field_and_change_nothing(
     assert await _counts(db) == (0, 0)
 
 
+PRIVILEGE_ASKS = [
+    pytest.param(_with(tasks__0__uid=0), "tasks.0.uid", id="uid"),
+    pytest.param(_with(tasks__0__privileged=True), "tasks.0.privileged", id="privileged"),
+    pytest.param(_with(tasks__0__capabilities=["SYS_ADMIN"]), "tasks.0.capabilities", id="capability"),
+    pytest.param(_with(tasks__0__mounts=[{"source": "/", "target": "/host"}]), "tasks.0.mounts", id="mount"),
+    pytest.param(
+        _with(tasks__0__resources__devices=["/dev/nvidia0"]), "tasks.0.resources.devices", id="device"
+    ),
+    pytest.param(
+        _with(tasks__0__securityContext={"runAsUser": 0}), "tasks.0.securityContext", id="k8s-style"
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), PRIVILEGE_ASKS)
+async def test_a_spec_cannot_ask_for_a_uid_capability_mount_or_device(
+    client: httpx.AsyncClient, db: Database, spec: Any, field: str
+) -> None:
+    response = await client.post("/api/v1/jobs", json=spec)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["errors"]
+    assert error["field"] == field
+    assert "cannot choose its uid, capabilities, mounts or devices" in error["message"]
+    assert await _counts(db) == (0, 0)
+
+
 @pytest.mark.parametrize(
     "body",
     [b"{not json", b'{"name": "hello",', b"\x00\x01\x02", b""],

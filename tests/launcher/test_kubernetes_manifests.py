@@ -138,3 +138,27 @@ def test_rendezvous_addresses_become_pod_dns_names() -> None:
     assert rewritten["OTHER"] == "kept"
     pod = pod_manifest(dataclasses.replace(TASK_LAUNCH, task_role="data-worker", task_index=1), SETTINGS)
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("data-worker-1", job)
+
+
+def test_a_pod_gets_the_sandbox_promises() -> None:
+    """Non-root, nothing to escalate to, a read-only root with writable places of its own,
+    requests equal to limits, and no token for the cluster's API."""
+    for launch in LAUNCHES.values():
+        pod = pod_manifest(launch, SETTINGS)["spec"]
+        [container] = pod["containers"]
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == SETTINGS.run_as_user != 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        }
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts == {"/work", "/tmp", "/dev/shm"}
+        assert container["workingDir"] == "/work"
+        limits = {k: v for k, v in container["resources"]["limits"].items() if k != "nvidia.com/gpu"}
+        assert container["resources"]["requests"] == limits

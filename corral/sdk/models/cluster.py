@@ -24,6 +24,9 @@ class Node(Model):
     lost_gpus: int = 0
     gpus_in_use: int = 0
     last_heartbeat: datetime | None = None
+    isolation: str = "unknown"
+    isolation_detail: str = ""
+    cpu_sharing: str | None = None
 
 
 class Gpu(Model):

@@ -3,8 +3,13 @@ SELECT n.id, n.hostname, n.simulated, n.state, n.gpu_count, n.expected_gpus, n.l
        n.drained_at, n.drain_reason, n.drained_by, n.drain_evicts, n.rack,
        (SELECT count(*) FROM monitor.gpu_readings r WHERE r.node_id = n.id AND r.lost) AS lost_gpus,
        (SELECT coalesce(sum(cardinality(a.gpu_indices)), 0) FROM launcher.attempts a
-        WHERE a.node_id = n.id AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')) AS gpus_in_use
+        WHERE a.node_id = n.id AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING')) AS gpus_in_use,
+       coalesce(g.isolation, 'unknown') AS isolation, coalesce(g.isolation_detail, '') AS isolation_detail,
+       CASE WHEN g.machine_cpus > 0 AND n.cpus > g.machine_cpus
+            THEN format('advertises %s CPUs on a machine of %s cores: its tasks share cores',
+                        n.cpus, g.machine_cpus) END AS cpu_sharing
 FROM monitor.nodes n
+LEFT JOIN launcher.agents g ON g.node_id = n.id
 WHERE $1::text IS NULL OR n.id = $1
 ORDER BY n.id;
 

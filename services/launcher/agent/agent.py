@@ -10,8 +10,11 @@ one statement: a report for an attempt this agent no longer holds changes nothin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+import subprocess
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,22 +29,29 @@ from services.launcher.agent.processes import (
     kill_orphans,
     process_start_ticks,
     spawn,
+    spawn_sandboxed,
     task_pid_from_file,
     wait_adopted,
     wait_spawned,
 )
+from services.launcher.agent.sandbox.cgroups import TaskCgroup
+from services.launcher.agent.sandbox.identities import IdentityProblem
+from services.launcher.agent.sandbox.sandbox import Sandbox
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
 from services.launcher.reporting import peers_of, report_end, report_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
-from shared.jobs import ExitRule, JobSpec
+from shared.jobs import ExitRule, JobSpec, TaskRole
 from shared.logs import bound_job
 from shared.telemetry import span_in_job_trace
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
+# The sandbox helper's exit status, and its log line, when it could not start a task.
+SANDBOX_FAILED = 125
+SANDBOX_FAILED_SAYS = "corral-sandbox: could not start the task"
 
 
 @dataclass
@@ -60,6 +70,27 @@ class Task:
     platform: str | None = None  # a condition the agent itself caused (max runtime)
     fenced: bool = False  # the platform gave up on it: kill it, never report it
     signalled: bool = False  # SIGTERM sent (a stop is signalled once, whoever asks)
+    cgroup: TaskCgroup | None = None  # sandboxed: every process of the task
+    memory_mb: int = 0
+
+    def kill(self) -> None:
+        """SIGKILL every process of the task: its cgroup when sandboxed (a grandchild
+        that left the process group included), else the wrapper's process group."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        elif self.pid is not None:
+            kill_group(self.pid, signal.SIGKILL)
+
+    def terminate(self) -> None:
+        """Ask the task to stop: SIGTERM to every process of it. Sandboxed, the helper
+        relays it to the task's pid-1, which sends it to every process of the task."""
+        if self.pid is None:
+            return
+        if self.cgroup is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+        else:
+            kill_group(self.pid, signal.SIGTERM)
 
 
 class NodeAgent:
@@ -73,6 +104,7 @@ class NodeAgent:
         state_dir: Path,
         work_dir: Path,
         stop_grace_s: float = 10.0,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self._db = db
         self._tg = tg
@@ -81,15 +113,23 @@ class NodeAgent:
         self._state_dir = state_dir
         self._work_dir = work_dir
         self._grace_s = stop_grace_s
+        self._sandbox = sandbox
+        self._isolation_detail = ""
         self._tasks: dict[str, Task] = {}
         self.epoch: int | None = None
 
     # --- lease -----------------------------------------------------------------------
 
-    async def register(self, lease_s: float) -> None:
-        """Take a new epoch for this node: anything an earlier incarnation held is fenced."""
+    async def register(self, lease_s: float, isolation_detail: str = "") -> None:
+        """Take a new epoch for this node: anything an earlier incarnation held is fenced.
+        Say how this node isolates its tasks (``corral nodes`` shows it)."""
+        self._isolation_detail = isolation_detail
+        isolation = "sandbox" if self._sandbox is not None else "none"
+        cpus = len(os.sched_getaffinity(0))
         async with self._db.transaction() as conn:
-            self.epoch = await conn.fetchval(SQL.register_agent, self.node_id, lease_s)
+            self.epoch = await conn.fetchval(
+                SQL.register_agent, self.node_id, lease_s, isolation, isolation_detail, cpus
+            )
         log.info("node agent for %s holds epoch %s", self.node_id, self.epoch)
 
     async def hold_lease(self, lease_s: float) -> None:
@@ -105,7 +145,7 @@ class NodeAgent:
                 continue
             if renewed is None:
                 self.fence_all("this agent's lease expired and the node was declared lost")
-                await self.register(lease_s)
+                await self.register(lease_s, self._isolation_detail)
 
     def fence_all(self, why: str) -> None:
         """Kill every task this agent runs, without reporting: the platform moved on."""
@@ -116,7 +156,7 @@ class NodeAgent:
     def _fence(self, task: Task) -> None:
         task.fenced = True
         if task.pid is not None and not task.ended:
-            kill_group(task.pid, signal.SIGKILL)
+            task.kill()
 
     async def handle(self, event: Event) -> None:
         match event:
@@ -171,14 +211,19 @@ class NodeAgent:
             peers=peers,
             secrets=row["secrets"],
         )
-        command = next(r.command for r in spec.tasks if r.name == role)
+        task_role = next(r for r in spec.tasks if r.name == role)
         cwd = self._work_dir / task.job_id
+        task.memory_mb = task_role.resources.memory_mb
         try:
-            cwd.mkdir(parents=True, exist_ok=True)
-            proc = await spawn(command, env, task.log_path, task.files, cwd)
-        except OSError as exc:
+            if self._sandbox is None:
+                cwd.mkdir(parents=True, exist_ok=True)
+                proc = await spawn(task_role.command, env, task.log_path, task.files, cwd)
+            else:
+                proc = self._spawn_sandboxed(task, row, env, cwd, task_role)
+        except (OSError, IdentityProblem) as exc:
             task.platform = "start_failed"
             await self.report_exit(task, Exit(None, None, f"could not start the task: {exc}"))
+            await self._finish_sandbox(task)
             return False
         task.pid = proc.pid
         ticks = process_start_ticks(proc.pid)
@@ -189,6 +234,42 @@ class NodeAgent:
             self._fence(task)
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
         return True
+
+    def _spawn_sandboxed(
+        self, task: Task, row: dict[str, Any], env: dict[str, str], cwd: Path, task_role: TaskRole
+    ) -> subprocess.Popen[bytes]:
+        assert self._sandbox is not None
+        assert task.files is not None
+        assert task.log_path is not None
+        launch = self._sandbox.prepare(
+            attempt_id=task.attempt_id,
+            job_id=task.job_id,
+            username=row["username"],
+            resources=task_role.resources,
+            gpu_indices=list(row["gpu_indices"]),
+            workdir=cwd,
+            log_path=task.log_path,
+            pid_file=task.files.pid_file,
+            exit_file=task.files.exit_file,
+            command=task_role.command,
+        )
+        task.cgroup = launch.cgroup
+        own = {k: v for k, v in launch.env.items() if not (k == "OMP_NUM_THREADS" and k in task_role.env)}
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        task.files.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        return spawn_sandboxed(launch.argv, {**env, **own})
+
+    async def _finish_sandbox(self, task: Task) -> None:
+        """Kill what is left of a sandboxed task, remove its cgroup, release its uid."""
+        if self._sandbox is None:
+            return
+        for _ in range(200):  # its last processes take a moment to be gone after a kill
+            if await asyncio.to_thread(self._sandbox.take_down, task.attempt_id):
+                self._sandbox.forget(task.job_id, task.attempt_id)
+                return
+            await asyncio.sleep(0.05)
+        log.warning("the cgroup of attempt %s still has processes; left for the next sweep", task.attempt_id)
+        self._sandbox.forget(task.job_id, task.attempt_id)
 
     async def _report_started(self, task: Task, ticks: int | None, log_path: str | None) -> bool:
         """Record the process (RUNNING) and say so; False if the attempt is no longer ours."""
@@ -221,7 +302,9 @@ class NodeAgent:
                         )
                 outcome = await wait
                 task.ended = True
+                outcome = self._with_sandbox_verdict(task, outcome)
                 await self._report_until_recorded(task, outcome)
+                await self._finish_sandbox(task)
                 if task.files is not None:
                     task.files.remove()
             finally:
@@ -230,6 +313,22 @@ class NodeAgent:
         self._tg.create_task(watch(), name=f"watch-{task.attempt_id}")
         if task.stop_reason is not None:  # asked to stop while it was starting
             self.stop(task.attempt_id, task.stop_reason, self._grace_s)
+
+    def _with_sandbox_verdict(self, task: Task, outcome: Exit) -> Exit:
+        """Say what the sandbox saw: a task whose cgroup met the kernel's OOM killer
+        failed for its memory limit; one the helper could not start says which step."""
+        if task.cgroup is None or outcome.exit_code == 0:
+            return outcome
+        if task.cgroup.oom_kills() > 0:
+            task.platform = task.platform or "oom_killed"
+            return Exit(outcome.exit_code, outcome.signal, f"exceeded its {task.memory_mb} MiB memory limit")
+        if outcome.exit_code == SANDBOX_FAILED:
+            said = read_log_tail(task.log_path)
+            line = next((x for x in reversed(said.splitlines()) if x.startswith(SANDBOX_FAILED_SAYS)), None)
+            if line is not None:
+                task.platform = task.platform or "sandbox_failed"
+                return Exit(outcome.exit_code, outcome.signal, line.removeprefix("corral-sandbox: "))
+        return outcome
 
     def stop(self, attempt_id: str, reason: str, grace_s: float, *, platform: str | None = None) -> None:
         """SIGTERM the task's process group now, SIGKILL it after ``grace_s``.
@@ -244,15 +343,15 @@ class NodeAgent:
             return  # not started yet (``_watch`` stops it once it is), ended, or already done
         task.signalled = True
         log.info("stopping attempt %s: %s", attempt_id, reason)
-        kill_group(task.pid, signal.SIGTERM)
+        task.terminate()
 
-        async def escalate(pid: int) -> None:
+        async def escalate() -> None:
             await asyncio.sleep(grace_s)
             if not task.ended:
                 log.info("attempt %s ignored SIGTERM for %.0fs; SIGKILL", attempt_id, grace_s)
-                kill_group(pid, signal.SIGKILL)
+                task.kill()
 
-        self._tg.create_task(escalate(task.pid), name=f"escalate-{attempt_id}")
+        self._tg.create_task(escalate(), name=f"escalate-{attempt_id}")
 
     # --- report ----------------------------------------------------------------------
 
@@ -344,9 +443,27 @@ class NodeAgent:
                 rules=tuple(spec.retry.rules),
                 stop_reason=row["stop_reason"] if row["stop_requested_at"] else None,
                 platform=row["stop_platform"] if row["stop_requested_at"] else None,
+                memory_mb=next(r.resources.memory_mb for r in spec.tasks if r.name == row["task_role"]),
             )
+            if self._sandbox is not None:
+                task.cgroup = self._sandbox.adopt(attempt_id, task.job_id)
             await self._settle_unwatched(task, row["state"], row["pid"], row["pid_start_ticks"], spec)
-        await asyncio.to_thread(kill_orphans, self._state_dir, live | set(self._tasks))
+        keep = live | set(self._tasks)
+        await asyncio.to_thread(kill_orphans, self._state_dir, keep)
+        if self._sandbox is not None:
+            await asyncio.to_thread(self._kill_orphaned_sandboxes, self._sandbox, keep)
+            self._sandbox.release_unused()  # (here, not in the thread: starts claim uids too)
+
+    @staticmethod
+    def _kill_orphaned_sandboxes(sandbox: Sandbox, keep: set[str]) -> None:
+        """Kill the tasks an earlier agent left in cgroups of this node for attempts that
+        are no longer live: found by their cgroups, whatever their processes did."""
+        for attempt_id in sandbox.orphans(keep):
+            cgroup = sandbox.cgroup_of(attempt_id)
+            if cgroup is not None:
+                log.warning("killing the processes of attempt %s, which is no longer live", attempt_id)
+                cgroup.kill()
+                cgroup.remove()  # (one with processes still exiting goes at the next sweep)
 
     async def _settle_unwatched(
         self, task: Task, state: str, pid: int | None, ticks: int | None, spec: JobSpec
@@ -365,10 +482,14 @@ class NodeAgent:
                 await self._report_started(task, ticks, None)
             self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
             return
-        recorded = task.files.read_exit_code()
+        if task.cgroup is not None and task.cgroup.processes():
+            # Its helper is gone but processes of it run on: nothing would record their end.
+            task.cgroup.kill()
+        recorded = task.files.read_exit()
         if recorded is not None:
-            await self.report_exit(task, Exit(recorded, None))
+            await self.report_exit(task, self._with_sandbox_verdict(task, recorded))
         else:
             reason = "the node agent restarted and the task's process was gone"
             await self.report_exit(task, Exit(None, None, reason), lost=True)
+        await self._finish_sandbox(task)
         task.files.remove()

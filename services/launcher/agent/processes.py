@@ -56,10 +56,17 @@ class TaskFiles:
         return cls(state_dir / f"{attempt_id}.pid", state_dir / f"{attempt_id}.exit")
 
     def read_exit_code(self) -> int | None:
+        recorded = self.read_exit()
+        return recorded.exit_code if recorded is not None else None
+
+    def read_exit(self) -> Exit | None:
+        """What the exit file says: an exit code ("3"), or (written by the sandbox
+        helper) a minus sign and the signal that killed the task ("-9")."""
         try:
-            return int(self.exit_file.read_text().strip())
+            value = int(self.exit_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
+        return Exit(None, -value) if value < 0 else Exit(value, None)
 
     def remove(self) -> None:
         self.pid_file.unlink(missing_ok=True)
@@ -137,12 +144,25 @@ async def spawn(
         )
 
 
+def spawn_sandboxed(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start a task through the sandbox helper (``sandbox/corral_sandbox.c``), which
+    writes the pid, log and exit files itself. In a session of its own, like ``spawn``'s
+    wrapper, so a restarted agent's orphan sweep can kill it by process group."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+
+
 async def wait_spawned(proc: subprocess.Popen[bytes], files: TaskFiles) -> Exit:
     returncode = await _exited(proc)
     if returncode < 0:
         return Exit(None, -returncode, f"killed by signal {-returncode}")
-    recorded = files.read_exit_code()
-    return Exit(recorded if recorded is not None else returncode, None)
+    recorded = files.read_exit()
+    return recorded if recorded is not None else Exit(returncode, None)
 
 
 async def _exited(proc: subprocess.Popen[bytes]) -> int:
@@ -176,10 +196,10 @@ async def wait_adopted(pid: int, start_ticks: int | None, files: TaskFiles, poll
     # Not our child: no wait() and no event to await, so poll /proc.
     while is_same_process_alive(pid, start_ticks):  # noqa: ASYNC110
         await asyncio.sleep(poll_s)
-    recorded = files.read_exit_code()
+    recorded = files.read_exit()
     if recorded is None:
         return Exit(None, None, "the task's process vanished without recording an exit status")
-    return Exit(recorded, None)
+    return recorded
 
 
 def kill_group(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:

@@ -12,6 +12,11 @@ exactly what was validated.
 - The device plugin, not Corral, picks which GPUs of the node a container gets, and the
   container sees them as 0..n-1; ``CUDA_VISIBLE_DEVICES`` is set to that, and a task
   with no GPUs gets none even from images that default to all of them.
+- The same promises as the local sandbox: the container runs as an unprivileged uid
+  (``run_as_user``), with no privilege escalation, every capability dropped, the
+  runtime's default seccomp profile and a read-only root filesystem; its working
+  directory (``/work``, also ``HOME``), ``/tmp`` and ``/dev/shm`` are emptyDirs of its
+  own. No service account token is mounted: a task must not act on the cluster's API.
 - ``max_runtime_s`` becomes ``activeDeadlineSeconds``: the kubelet enforces it even
   when Corral is down, and the pod ends ``DeadlineExceeded``.
 - The Service is headless, selects the job's pods, and publishes addresses before the
@@ -136,6 +141,11 @@ def _container_ports(launch: TaskLaunch) -> list[Manifest]:
     return [{"containerPort": port, "protocol": "TCP"} for port in numbers]
 
 
+WORK_DIR = "/work"
+# (volume, mount path, in memory): what the task may write, all its own.
+_OWN_DIRECTORIES = (("work", WORK_DIR, False), ("tmp", "/tmp", False), ("dshm", "/dev/shm", True))  # noqa: S108
+
+
 def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerRef | None = None) -> Manifest:
     image = launch.image or settings.default_image
     if image is None:
@@ -166,8 +176,17 @@ def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerR
         "name": CONTAINER_NAME,
         "image": image,
         "command": ["/bin/sh", "-c", launch.command],
-        "env": _environment(launch, settings),
+        "env": [*_environment(launch, settings), {"name": "HOME", "value": WORK_DIR}],
         "resources": _resources(launch),
+        "workingDir": WORK_DIR,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        },
+        "volumeMounts": [{"name": name, "mountPath": path} for name, path, _ in _OWN_DIRECTORIES],
     }
     ports = _container_ports(launch)
     if ports:
@@ -178,6 +197,18 @@ def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerR
         "subdomain": service_name(launch.job_id),
         "terminationGracePeriodSeconds": settings.termination_grace_s,
         "enableServiceLinks": False,  # one Service per job: thousands of env vars otherwise
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsUser": settings.run_as_user,
+            "runAsGroup": settings.run_as_group,
+            "fsGroup": settings.run_as_group,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumes": [
+            {"name": name, "emptyDir": {"medium": "Memory"} if in_memory else {}}
+            for name, _, in_memory in _OWN_DIRECTORIES
+        ],
         "containers": [container],
         **_node_selection(launch.node_id, settings),
     }

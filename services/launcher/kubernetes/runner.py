@@ -58,6 +58,11 @@ from shared.events import Event, TaskAssigned, TaskStopRequested
 from shared.jobs import JobSpec
 
 log = logging.getLogger(__name__)
+# How a node run through Kubernetes isolates its tasks (``corral nodes``; manifests.py).
+POD_ISOLATION = (
+    "each task in a pod: a non-root uid, no privilege escalation, no capabilities, "
+    "a read-only root, no service account token, requests equal to limits"
+)
 SOURCE = "corral/kubernetes-runner"
 
 
@@ -94,7 +99,9 @@ class KubernetesRunner:
                 epoch = self.epochs.get(node_id)
                 renewed = epoch is not None and await conn.fetchval(SQL.renew_lease, node_id, epoch, lease_s)
                 if not renewed:
-                    self.epochs[node_id] = await conn.fetchval(SQL.register_agent, node_id, lease_s)
+                    self.epochs[node_id] = await conn.fetchval(
+                        SQL.register_agent, node_id, lease_s, "pod", POD_ISOLATION, 0
+                    )
                     log.info("running node %s on Kubernetes (lease epoch %s)", node_id, self.epochs[node_id])
 
     # --- assignments -----------------------------------------------------------------

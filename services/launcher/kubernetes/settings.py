@@ -31,6 +31,10 @@ class KubernetesSettings(BaseSettings):
     # already resolves through every pod's DNS search path.
     cluster_domain: str = ""
     service_account: str | None = None
+    # Every task's container runs as this uid and gid, never root (an image's own USER
+    # may be root: runAsNonRoot alone would refuse it rather than run it safely).
+    run_as_user: int = Field(default=1000, ge=1)
+    run_as_group: int = Field(default=1000, ge=1)
     # A server-side watch timeout: the stream is re-opened from the last resourceVersion.
     watch_timeout_s: int = Field(default=300, gt=0)
     # Pause before re-opening a watch or re-listing after an API error.

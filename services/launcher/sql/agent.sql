@@ -10,7 +10,7 @@ WHERE a.id = $1 AND a.node_id = $2 AND a.state = 'ASSIGNED' AND a.stop_requested
   AND j.id = a.job_id AND j.generation = a.generation AND j.state IN ('SCHEDULED', 'RUNNING')
   AND j.cancel_requested_at IS NULL
 RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no, a.gpu_indices, j.spec,
-          j.traceparent,
+          j.traceparent, j.username,
           -- An OpenPAI job's secrets (variable -> value), for the task's environment only.
           (SELECT COALESCE(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
            FROM api.job_secrets s WHERE s.job_id = j.id) AS secrets,
@@ -58,11 +58,13 @@ WHERE a.node_id = $1 AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
 
 -- name: register_agent
 -- A (re)starting agent takes a new epoch: whatever an earlier incarnation held is fenced.
-INSERT INTO launcher.agents (node_id, epoch, lease_expires_at)
-VALUES ($1, 1, now() + make_interval(secs => $2))
+-- It also says how it isolates tasks ($3, $4) and how many cores its machine has ($5).
+INSERT INTO launcher.agents (node_id, epoch, lease_expires_at, isolation, isolation_detail, machine_cpus)
+VALUES ($1, 1, now() + make_interval(secs => $2), $3, $4, $5)
 ON CONFLICT (node_id) DO UPDATE
 SET epoch = launcher.agents.epoch + 1, lease_expires_at = EXCLUDED.lease_expires_at,
-    lost_at = NULL, registered_at = now()
+    lost_at = NULL, registered_at = now(), isolation = EXCLUDED.isolation,
+    isolation_detail = EXCLUDED.isolation_detail, machine_cpus = EXCLUDED.machine_cpus
 RETURNING epoch;
 
 -- name: renew_lease

@@ -1,0 +1,428 @@
+/*
+ * corral-sandbox: run one task of someone else's code inside its own sandbox.
+ *
+ * The node agent (root) starts this program once per task; it does, in order:
+ *
+ *   helper (root, the agent's namespaces; outside the task's cgroups)
+ *     writes its pid file, opens the task's log, makes new pid and IPC namespaces,
+ *     forks INIT, writes INIT's pid into the task's cgroups, then lets it go on;
+ *     copies everything the task prints into the log (the task never holds the log
+ *     file itself, so it cannot reopen, truncate or seek it), waits for INIT and
+ *     writes the task's exit status to the exit file.
+ *   INIT (pid 1 of the task's pid namespace, in its cgroups)
+ *     makes a mount namespace: the root read-only and nosuid, a private /proc, a
+ *     private /dev with only the standard nodes and the task's own devices, tmpfs on
+ *     /tmp, /var/tmp and /dev/shm, empty tmpfs over the hidden paths (Corral's home,
+ *     the agent's state), the task's working directory bound writable; forks MAIN,
+ *     forwards stop signals to every process of the namespace, reaps orphans, and
+ *     exits with MAIN's status (the kernel then kills what is left in the namespace).
+ *   MAIN (pid 2)
+ *     drops every privilege for good: no supplementary groups, the task's gid and
+ *     uid, an empty capability bounding set, no ambient capabilities, no_new_privs;
+ *     only fds 0, 1 and 2 open; then execs the task's command.
+ *
+ * A mistake here is a security bug, so it does nothing it does not need to, and
+ * stops the task (status 125, a line in the log saying which step failed) when any
+ * step fails rather than run it with less isolation than asked for.
+ *
+ * Exit file: the task's exit code ("3"), or a minus sign and the signal that
+ * killed it ("-9"). The helper exits with the code, or 128 + the signal.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef MOUNT_ATTR_RDONLY
+#define MOUNT_ATTR_RDONLY 0x00000001
+#define MOUNT_ATTR_NOSUID 0x00000002
+#define MOUNT_ATTR_NODEV 0x00000004
+struct mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_fd; };
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#define SYS_move_mount 429
+#endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#define OPEN_TREE_CLOEXEC O_CLOEXEC
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+#define FAILED_TO_START 125
+#define MAX_LIST 64
+
+static const char *pid_file, *exit_file, *log_file, *workdir;
+static const char *cgroups[MAX_LIST], *hidden[MAX_LIST], *devices[MAX_LIST], *writable[MAX_LIST];
+static const char *readable[MAX_LIST];
+static int n_cgroups, n_hidden, n_devices, n_writable, n_readable;
+static long uid = -1, gid = -1;
+static int nodev; /* no devices controller (cgroup v2): device nodes work only in /dev */
+static char **command;
+static int log_fd = -1;
+
+/* The standard device nodes every task gets in its private /dev. */
+static const char *const standard_devices[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
+
+static void say(const char *fmt, ...) {
+    char line[1024];
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, args);
+    va_end(args);
+    if (n < 0) return;
+    if (n > (int)sizeof line - 2) n = sizeof line - 2;
+    line[n++] = '\n';
+    /* The log when it is open (the user reads why the task did not start), else stderr. */
+    if (write(log_fd >= 0 ? log_fd : 2, line, n) < 0) { /* nothing more can be said */ }
+}
+
+static void die(const char *step) {
+    say("corral-sandbox: could not start the task: %s: %s", step, strerror(errno));
+    _exit(FAILED_TO_START);
+}
+
+static void add(const char **list, int *count, const char *value) {
+    if (*count == MAX_LIST) { errno = E2BIG; die("too many paths of one kind"); }
+    list[(*count)++] = value;
+}
+
+static void parse(int argc, char **argv) {
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "--") == 0) { i++; break; }
+        if (strcmp(flag, "--nodev") == 0) { nodev = 1; continue; }
+        if (i + 1 >= argc) { errno = EINVAL; die(flag); }
+        const char *value = argv[++i];
+        if (strcmp(flag, "--pid-file") == 0) pid_file = value;
+        else if (strcmp(flag, "--exit-file") == 0) exit_file = value;
+        else if (strcmp(flag, "--log") == 0) log_file = value;
+        else if (strcmp(flag, "--workdir") == 0) workdir = value;
+        else if (strcmp(flag, "--uid") == 0) uid = strtol(value, NULL, 10);
+        else if (strcmp(flag, "--gid") == 0) gid = strtol(value, NULL, 10);
+        else if (strcmp(flag, "--cgroup-procs") == 0) add(cgroups, &n_cgroups, value);
+        else if (strcmp(flag, "--hide") == 0) add(hidden, &n_hidden, value);
+        else if (strcmp(flag, "--device") == 0) add(devices, &n_devices, value);
+        else if (strcmp(flag, "--writable") == 0) add(writable, &n_writable, value);
+        else if (strcmp(flag, "--readable") == 0) add(readable, &n_readable, value);
+        else { errno = EINVAL; die(flag); }
+    }
+    command = argv + i;
+    if (!pid_file || !exit_file || !log_file || !workdir || uid <= 0 || gid <= 0 || !command[0]) {
+        errno = EINVAL;
+        die("usage: corral-sandbox --pid-file F --exit-file F --log F --workdir D --uid N --gid N "
+            "[--cgroup-procs F]... [--hide D]... [--device F]... [--writable D]... [--readable D]... [--nodev] "
+            "-- COMMAND...");
+    }
+}
+
+static void write_file(const char *path, const char *text, int flags) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0600);
+    if (fd < 0) die(path);
+    ssize_t n = write(fd, text, strlen(text));
+    if (n != (ssize_t)strlen(text)) die(path);
+    close(fd);
+}
+
+/* --- INIT's mount namespace ------------------------------------------------------ */
+
+static void mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST) die(buf);
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST) die(buf);
+}
+
+static void tmpfs(const char *target, const char *options) {
+    if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, options) < 0) die(target);
+}
+
+/* A detached copy of the mount at ``path`` (taken before anything is hidden), to be
+ * attached later with ``attach``: a bind that still works once ``path`` is covered. */
+static int clone_tree(const char *path) {
+    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0) die(path);
+    return fd;
+}
+
+static void attach(int tree, const char *target, int is_dir, int is_device, int read_only) {
+    if (is_dir) mkdirs(target);
+    else {
+        int made = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (made < 0) die(target);
+        close(made);
+    }
+    /* The copy has the flags of the read-only root it came from: make it writable. */
+    struct mount_attr attr = {0};
+    attr.attr_set = MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0);
+    attr.attr_clr = (read_only ? 0 : MOUNT_ATTR_RDONLY) | (is_device ? MOUNT_ATTR_NODEV : 0);
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) die(target);
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(target);
+    close(tree);
+}
+
+static int is_under(const char *path, const char *parent) {
+    size_t n = strlen(parent);
+    return strncmp(path, parent, n) == 0 && (path[n] == '/' || (n > 0 && parent[n - 1] == '/'));
+}
+
+/* An empty tmpfs over every hidden path (``under``: only those inside that path). */
+static void hide_all(const char *under) {
+    for (int i = 0; i < n_hidden; i++) {
+        if (under && !is_under(hidden[i], under)) continue;
+        if (access(hidden[i], F_OK) < 0) continue; /* nothing there to hide */
+        tmpfs(hidden[i], "mode=0755,size=64k");
+    }
+}
+
+static int in_dev(const char *path) {
+    return strncmp(path, "/dev/", 5) == 0 && !strstr(path, "/../");
+}
+
+static void make_mounts(void) {
+    if (unshare(CLONE_NEWNS) < 0) die("unshare(mount namespace)");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) die("making / private");
+    struct mount_attr attr = {0};
+    attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | (nodev ? MOUNT_ATTR_NODEV : 0);
+    if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &attr, sizeof attr) < 0)
+        die("making / read-only (mount_setattr, Linux 5.12+)");
+
+    /* Everything the task may keep is copied first: the mounts below hide the paths. */
+    int work_tree = clone_tree(workdir);
+    int writable_tree[MAX_LIST], readable_tree[MAX_LIST], std_tree[8], device_tree[MAX_LIST];
+    for (int i = 0; i < n_writable; i++) writable_tree[i] = clone_tree(writable[i]);
+    for (int i = 0; i < n_readable; i++) readable_tree[i] = clone_tree(readable[i]);
+    for (int i = 0; standard_devices[i]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/dev/%s", standard_devices[i]);
+        std_tree[i] = clone_tree(path);
+    }
+    /* A device outside /dev stays where it is, seen through the read-only root; the
+     * device cgroup (v1) decides whether it opens. */
+    for (int i = 0; i < n_devices; i++) device_tree[i] = in_dev(devices[i]) ? clone_tree(devices[i]) : -1;
+
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die("/proc");
+    hide_all(NULL);
+    /* Readable paths come back (read-only) even inside a hidden one (an interpreter in
+     * root's home), and whatever hidden path lies inside one of them is hidden again. */
+    for (int i = 0; i < n_readable; i++) {
+        attach(readable_tree[i], readable[i], 1, 0, 1);
+        hide_all(readable[i]);
+    }
+    tmpfs("/tmp", "mode=1777");
+    if (access("/var/tmp", F_OK) == 0) tmpfs("/var/tmp", "mode=1777");
+
+    tmpfs("/dev", "mode=0755");
+    for (int i = 0; standard_devices[i]; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/dev/%s", standard_devices[i]);
+        attach(std_tree[i], path, 0, 1, 0);
+    }
+    for (int i = 0; i < n_devices; i++) {
+        if (device_tree[i] >= 0) attach(device_tree[i], devices[i], 0, 1, 0);
+    }
+    mkdirs("/dev/shm");
+    tmpfs("/dev/shm", "mode=1777");
+    mkdirs("/dev/pts");
+    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
+        die("/dev/pts");
+    if (symlink("pts/ptmx", "/dev/ptmx") < 0) die("/dev/ptmx");
+    if (symlink("/proc/self/fd", "/dev/fd") < 0) die("/dev/fd");
+    if (symlink("/proc/self/fd/0", "/dev/stdin") < 0) die("/dev/stdin");
+    if (symlink("/proc/self/fd/1", "/dev/stdout") < 0) die("/dev/stdout");
+    if (symlink("/proc/self/fd/2", "/dev/stderr") < 0) die("/dev/stderr");
+
+    for (int i = 0; i < n_writable; i++) attach(writable_tree[i], writable[i], 1, 0, 0);
+    attach(work_tree, workdir, 1, 0, 0);
+}
+
+/* --- MAIN: no privilege left ----------------------------------------------------- */
+
+static void drop_privileges(void) {
+    if (setgroups(0, NULL) < 0) die("setgroups");
+    if (setresgid(gid, gid, gid) < 0) die("setresgid");
+    for (int cap = 0; cap <= 63; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) die("dropping the capability bounding set");
+    }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) die("clearing ambient capabilities");
+    if (setresuid(uid, uid, uid) < 0) die("setresuid");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
+    /* Refuse to go on if anything of root is left (a kernel that ignored a step). */
+    if (getuid() == 0 || geteuid() == 0 || getgid() == 0 || getegid() == 0 || setuid(0) == 0) {
+        errno = EPERM;
+        die("still privileged after dropping privileges");
+    }
+}
+
+static void run_main(int out_fd) {
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd < 0) die("/dev/null");
+    if (dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0) die("dup2");
+    if (syscall(SYS_close_range, 3, ~0U, 0) < 0) die("closing inherited file descriptors");
+    log_fd = 2; /* from here on a failure is said on the task's own output */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
+    drop_privileges();
+    if (chdir(workdir) < 0) die(workdir);
+    umask(022);
+    execvp(command[0], command);
+    die(command[0]);
+}
+
+/* --- INIT ------------------------------------------------------------------------ */
+
+static void forward(int sig) {
+    /* From pid 1 of a namespace, -1 means every other process in it. */
+    kill(-1, sig);
+}
+
+static void run_init(int out_fd, int go_fd, int status_fd) {
+    char go;
+    /* The helper writes our pid into the task's cgroups, then says go. */
+    if (read(go_fd, &go, 1) != 1) _exit(FAILED_TO_START);
+    close(go_fd);
+    make_mounts();
+    pid_t main_pid = fork();
+    if (main_pid < 0) die("fork");
+    if (main_pid == 0) {
+        close(status_fd);
+        run_main(out_fd);
+    }
+    close(out_fd);
+    close(log_fd); /* nothing more to say: the task's output reaches the log through the helper */
+    log_fd = -1;
+    struct sigaction action = {0};
+    action.sa_handler = forward;
+    int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, 0};
+    for (int i = 0; forwarded[i]; i++) sigaction(forwarded[i], &action, NULL);
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0) {
+            if (errno == EINTR) continue;
+            _exit(FAILED_TO_START);
+        }
+        if (pid == main_pid) {
+            if (write(status_fd, &status, sizeof status) < 0) { /* helper gone: nothing to tell */ }
+            _exit(0);
+        }
+    }
+}
+
+/* --- the helper ------------------------------------------------------------------ */
+
+static pid_t init_pid;
+
+static void relay(int sig) {
+    if (init_pid > 0) kill(init_pid, sig);
+}
+
+static void copy_output(int out_fd) {
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(out_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(log_fd, buf + done, n - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break; /* a full disk loses output, never the task */
+            done += w;
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    parse(argc, argv);
+    char text[32];
+    snprintf(text, sizeof text, "%d\n", getpid());
+    write_file(pid_file, text, O_CREAT | O_TRUNC);
+    unlink(exit_file);
+    log_fd = open(log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (log_fd < 0) die(log_file);
+
+    int out[2], go[2], status[2];
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) die("pipe");
+    if (unshare(CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare(pid and IPC namespaces)");
+
+    struct sigaction action = {0};
+    action.sa_handler = relay;
+    int relayed[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, 0};
+    for (int i = 0; relayed[i]; i++) sigaction(relayed[i], &action, NULL);
+
+    init_pid = fork();
+    if (init_pid < 0) die("fork");
+    if (init_pid == 0) {
+        close(out[0]);
+        close(go[1]);
+        close(status[0]);
+        run_init(out[1], go[0], status[1]);
+    }
+    close(out[1]);
+    close(go[0]);
+    close(status[1]);
+    snprintf(text, sizeof text, "%d", init_pid);
+    for (int i = 0; i < n_cgroups; i++) {
+        int fd = open(cgroups[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, text, strlen(text)) < 0) {
+            say("corral-sandbox: could not start the task: joining %s: %s", cgroups[i], strerror(errno));
+            kill(init_pid, SIGKILL);
+            waitpid(init_pid, NULL, 0);
+            write_file(exit_file, "125\n", O_CREAT | O_TRUNC);
+            return FAILED_TO_START;
+        }
+        close(fd);
+    }
+    if (write(go[1], "g", 1) != 1) die("starting the task");
+    close(go[1]);
+
+    copy_output(out[0]);
+    int init_status, task_status;
+    while (waitpid(init_pid, &init_status, 0) < 0) {
+        if (errno != EINTR) die("waitpid");
+    }
+    ssize_t got = read(status[0], &task_status, sizeof task_status);
+    /* No status from INIT: it was killed itself (the cgroup killed, or failed to start). */
+    int final = got == sizeof task_status ? task_status : init_status;
+    int code;
+    if (WIFSIGNALED(final)) {
+        snprintf(text, sizeof text, "-%d\n", WTERMSIG(final));
+        code = 128 + WTERMSIG(final);
+    } else {
+        code = WEXITSTATUS(final);
+        snprintf(text, sizeof text, "%d\n", code);
+    }
+    write_file(exit_file, text, O_CREAT | O_TRUNC);
+    return code;
+}

@@ -1,0 +1,260 @@
+"""Every task of a node in a sandbox of its own: who it runs as, what it sees, what it may use.
+
+``Sandbox.prepare`` readies one task (its uid, its working directory, its cores, its
+cgroup with the limits of its spec) and returns the command that starts it through the
+helper (``corral_sandbox.c``: namespaces, mounts, dropped privileges).
+``Sandbox.finish`` takes it down once its helper has exited: whatever is left in its
+cgroup is killed, the cgroup removed, and the job's uid released when no task of the
+job is left on this node.
+
+``open_sandbox`` checks, once at the agent's start, that all of it works here: root,
+the cgroup controllers, the helper (built and run once on ``/bin/true``). Each failure
+is a ``SandboxProblem`` that names the file or permission and what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.launcher.agent.sandbox.cgroups import CgroupProblem, CgroupTree, Limits, TaskCgroup, open_tree
+from services.launcher.agent.sandbox.cpus import CpuPlacement, Topology, place_cpus
+from services.launcher.agent.sandbox.gpus import cgroup_rule, task_gpus
+from services.launcher.agent.sandbox.helper import HelperProblem, helper_binary
+from services.launcher.agent.sandbox.identities import (
+    AccountIdentities,
+    DynamicIdentities,
+    Identities,
+    Identity,
+    IdentityProblem,
+)
+from shared.jobs import Resources
+
+MIB = 1024 * 1024
+
+
+class SandboxProblem(Exception):
+    """Tasks cannot be isolated on this node; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    node_id: str
+    hidden: tuple[Path, ...]  # Corral's home, the agent's state, logs: empty inside a task
+    claims_dir: Path
+    uid_range: tuple[int, int]
+    run_as: str  # "dynamic" or "account"
+    pids_max: int
+    writable: tuple[Path, ...] = ()  # host paths a task may write besides its own (shared data)
+    readable: tuple[Path, ...] = ()  # host paths a task may read even inside a hidden or private one
+    device_root: Path = Path("/dev")
+    helper: Path | None = None
+    cgroup_root: Path | None = None  # a v2 root other than /sys/fs/cgroup
+    sysfs: Path = Path("/sys")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What ``spawn`` runs, and what the task's environment gets from the sandbox."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cgroup: TaskCgroup
+    identity: Identity
+    cpus: CpuPlacement
+
+
+@dataclass
+class Sandbox:
+    config: SandboxConfig
+    tree: CgroupTree
+    identities: Identities
+    topology: Topology
+    helper: Path
+    _jobs: dict[str, set[str]] = field(default_factory=dict)  # job -> its attempts here
+
+    @property
+    def description(self) -> str:
+        first, last = self.config.uid_range
+        who = f"dynamic uids {first}-{last}" if self.config.run_as == "dynamic" else "the submitter's account"
+        return (
+            f"each task as {who}, in its own pid, mount and IPC namespaces, cgroup v{self.tree.version} "
+            f"limits (memory, {self.config.pids_max} pids, cores), only its own GPUs"
+        )
+
+    def prepare(
+        self,
+        *,
+        attempt_id: str,
+        job_id: str,
+        username: str,
+        resources: Resources,
+        gpu_indices: list[int],
+        workdir: Path,
+        log_path: Path,
+        pid_file: Path,
+        exit_file: Path,
+        command: str,
+    ) -> Launch:
+        self._jobs.setdefault(job_id, set()).add(attempt_id)
+        try:
+            identity = self.identities.claim(job_id, username)
+        except IdentityProblem:
+            self.forget(job_id, attempt_id)
+            raise
+        workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chown(workdir, identity.uid, identity.gid)
+        gpus = task_gpus(gpu_indices, self.config.device_root, gpu_numa=self.topology.gpu_nodes)
+        placement = place_cpus(
+            self.topology,
+            resources.cpus,
+            self.tree.busy_cpus(),
+            gpu_numa_nodes=set(gpus.numa_nodes) or None,
+            numa_required=resources.numa == "required",
+        )
+        limits = Limits(
+            memory_bytes=resources.memory_mb * MIB,
+            cpus=resources.cpus,
+            cpuset_cpus=placement.cpuset,
+            cpuset_mems=placement.mems_list,
+            pids_max=self.config.pids_max,
+            devices=tuple(cgroup_rule(node) for node in gpus.device_nodes),
+        )
+        cgroup = self.tree.create(attempt_id, limits)
+        argv = [
+            str(self.helper),
+            *("--pid-file", str(pid_file), "--exit-file", str(exit_file), "--log", str(log_path)),
+            *("--workdir", str(workdir), "--uid", str(identity.uid), "--gid", str(identity.gid)),
+        ]
+        for procs in cgroup.procs_files:
+            argv += ["--cgroup-procs", str(procs)]
+        for path in self.config.hidden:
+            argv += ["--hide", str(path)]
+        for node in gpus.device_nodes:
+            argv += ["--device", str(node)]
+        for path in self.config.writable:
+            argv += ["--writable", str(path)]
+        for path in self.config.readable:
+            argv += ["--readable", str(path)]
+        if self.tree.version == 2:  # no devices controller: device nodes work only in /dev
+            argv.append("--nodev")
+        argv += ["--", "/bin/sh", "-c", command]
+        env = {
+            "HOME": str(workdir),
+            "USER": identity.name,
+            "LOGNAME": identity.name,
+            "TMPDIR": "/tmp",  # noqa: S108 - the task's own tmpfs
+            "CUDA_VISIBLE_DEVICES": gpus.cuda_visible_devices,
+            "OMP_NUM_THREADS": str(max(1, int(resources.cpus))),
+            "CORRAL_CPUS": placement.cpuset,
+        }
+        return Launch(argv, env, cgroup, identity, placement)
+
+    def adopt(self, attempt_id: str, job_id: str) -> TaskCgroup | None:
+        """A task an earlier agent started: its cgroup, found by the attempt's name."""
+        self._jobs.setdefault(job_id, set()).add(attempt_id)
+        return self.tree.existing(attempt_id)
+
+    def cgroup_of(self, attempt_id: str) -> TaskCgroup | None:
+        return self.tree.existing(attempt_id)
+
+    def finish(self, attempt_id: str, job_id: str) -> bool:
+        """``take_down`` then ``forget``. False while its processes are still exiting."""
+        if not self.take_down(attempt_id):
+            return False
+        self.forget(job_id, attempt_id)
+        return True
+
+    def take_down(self, attempt_id: str) -> bool:
+        """Kill what is left of the task and remove its cgroup; False while its
+        processes are still exiting. Touches only the cgroup: safe in a worker thread."""
+        cgroup = self.tree.existing(attempt_id)
+        if cgroup is None:
+            return True
+        cgroup.kill()
+        return cgroup.remove()
+
+    def forget(self, job_id: str, attempt_id: str) -> None:
+        """The task is gone: release its job's uid if it was the job's last task here.
+        Called on the agent's event loop, like ``prepare``, so a new task of the job
+        never starts with a uid that is being released."""
+        attempts = self._jobs.get(job_id)
+        if attempts is not None:
+            attempts.discard(attempt_id)
+            if not attempts:
+                del self._jobs[job_id]
+                self.identities.release(job_id)
+
+    def orphans(self, live: set[str]) -> list[str]:
+        """Task cgroups of this node whose attempts are not live (an earlier agent's)."""
+        return [name for name in self.tree.names() if name not in live]
+
+    def close(self) -> None:
+        """On the agent's clean stop: give back what no task holds (tasks still running
+        keep their cgroups and uids, for the next agent to re-adopt)."""
+        self.release_unused()
+        self.tree.close()
+
+    def release_unused(self) -> None:
+        """uids this node claimed before a restart for jobs with no task left here."""
+        for job_id in list(self.identities.held()):
+            if job_id not in self._jobs:
+                self.identities.release(job_id)
+
+
+def open_sandbox(config: SandboxConfig) -> Sandbox:
+    """This node's sandbox, checked end to end; ``SandboxProblem`` says what is missing."""
+    if os.geteuid() != 0:
+        raise SandboxProblem(
+            f"the agent runs as uid {os.geteuid()}, not root: it cannot give tasks uids of their own, "
+            "namespaces or cgroups; run it as root"
+        )
+    try:
+        tree = open_tree(config.node_id, config.cgroup_root)
+        first, last = config.uid_range
+        identities: Identities = (
+            DynamicIdentities(config.claims_dir, config.node_id, first, last)
+            if config.run_as == "dynamic"
+            else AccountIdentities()
+        )
+        helper = helper_binary(config.helper)
+        topology = Topology.read(config.sysfs)
+    except (CgroupProblem, IdentityProblem, HelperProblem) as exc:
+        raise SandboxProblem(str(exc)) from exc
+    except OSError as exc:
+        raise SandboxProblem(f"{exc.filename}: {exc.strerror}") from exc
+    _try_helper(helper)
+    return Sandbox(config, tree, identities, topology, helper)
+
+
+def _try_helper(helper: Path) -> None:
+    """Run ``/bin/true`` through the helper once: namespaces, mounts and dropping
+    privileges all work here, or the helper's message says which step did not."""
+    with tempfile.TemporaryDirectory(prefix="corral-sandbox-check-") as scratch:
+        root = Path(scratch)
+        work = root / "work"
+        work.mkdir()
+        nobody = 65534
+        os.chown(work, nobody, nobody)
+        log = root / "log"
+        done = subprocess.run(
+            [
+                str(helper),
+                *("--pid-file", str(root / "pid"), "--exit-file", str(root / "exit"), "--log", str(log)),
+                *("--workdir", str(work), "--uid", str(nobody), "--gid", str(nobody), "--", "/bin/true"),
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+        if done.returncode != 0:
+            said = ""
+            with contextlib.suppress(OSError):
+                said = log.read_text().strip()
+            said = said or done.stderr.decode(errors="replace").strip()
+            raise SandboxProblem(f"the task sandbox does not work on this machine: {said or done.returncode}")
