@@ -29,7 +29,8 @@ class NodeView(BaseModel):
     )
     isolation_detail: str = Field(description="what that means on this node, or why it has no sandbox")
     cpu_sharing: str | None = Field(
-        description="set when the node advertises more CPUs than its machine has: its tasks share cores"
+        description="set when the node advertises more CPUs than its machine has (or no limit, as "
+        "simulated GPUs do): its tasks share cores"
     )
 
 

@@ -113,7 +113,13 @@ async def test_an_openpai_v2_job_maps_to_the_native_spec(client: httpx.AsyncClie
     assert spec["retry"]["max_retries"] == 2
     master, worker = spec["tasks"]
     assert (master["name"], master["instances"], master["image"]) == ("master", 1, "python:3.12-slim")
-    assert master["resources"] == {"gpus": 1, "cpus": 4.0, "memory_mb": 8192, "gpu_type": "H100"}
+    assert master["resources"] == {
+        "gpus": 1,
+        "cpus": 4.0,
+        "memory_mb": 8192,
+        "gpu_type": "H100",
+        "numa": "preferred",
+    }
     assert master["ports"] == {"http": 1, "ssh": 2}
     assert master["completion"] == {"min_succeeded": None, "min_failed": 1}
     assert master["command"] == (

@@ -309,7 +309,9 @@ async def test_the_node_says_how_it_isolates_its_tasks(stack: Stack) -> None:
         [node] = (await http.get("/api/v1/nodes")).json()["items"]
     assert node["isolation"] == "sandbox"
     assert "dynamic uids 61184-65519" in node["isolation_detail"]
-    assert node["cpu_sharing"] is None  # simulated GPUs advertise no CPUs of their own
+    # Simulated GPUs advertise no CPU limit: the node says its tasks share this machine's cores.
+    cores = len(os.sched_getaffinity(0))
+    assert f"no CPU limit on a machine of {cores} cores" in node["cpu_sharing"]
 
 
 async def test_an_agent_that_cannot_isolate_refuses_unless_allowed(

@@ -21,7 +21,13 @@ from services.launcher.agent.sandbox.cgroups import (
     Limits,
     cgroup_mounts,
 )
-from services.launcher.agent.sandbox.sandbox import Sandbox, SandboxConfig, open_sandbox
+from services.launcher.agent.sandbox.sandbox import (
+    Sandbox,
+    SandboxConfig,
+    SandboxProblem,
+    needed_mounts,
+    open_sandbox,
+)
 from shared.jobs import Resources
 from tests.launcher.sandbox_trees import cgroup_v2_group, cgroup_v2_root
 
@@ -221,3 +227,31 @@ def test_a_cgroup_kill_reaches_a_daemonised_grandchild(sandbox: Sandbox, tmp_pat
         assert not any(Path(f"/proc/{p}").exists() for p in members)
     finally:
         helper.kill()
+
+
+def test_only_the_mounts_a_task_needs(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "python").mkdir()
+    open_dir = Path("/usr/share")
+    home = Path("/srv/corral-home")
+    hidden, readable = needed_mounts(
+        [home, home / "logs", Path("/dev/shm/corral-1/local"), Path("/root"), Path("/tmp/x")],
+        [Path("/root/.pyenv"), private / "python", open_dir],
+    )
+    assert hidden == (home, Path("/root"))  # its logs are inside it; /dev and /tmp are new anyway
+    assert readable == (Path("/root/.pyenv"), private / "python")  # not /usr/share: anyone reaches it
+
+
+def test_a_non_root_agent_is_told_it_cannot_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # a laptop's agent (the test itself runs as root)
+    config = SandboxConfig(
+        node_id="laptop",
+        hidden=(),
+        claims_dir=tmp_path,
+        uid_range=(61184, 65519),
+        run_as="dynamic",
+        pids_max=64,
+    )
+    with pytest.raises(SandboxProblem, match="runs as uid 1000, not root: it cannot give tasks uids"):
+        open_sandbox(config)

@@ -41,7 +41,7 @@ async def test_racks_and_nvlink_domains_reach_the_scheduler_and_place_the_gang(d
     racks = {"a1": "ra", "b1": "rb", "b2": "rb"}
     for node, rack in racks.items():
         monitor.receive(heartbeat(node, rack))
-        await db.fetchval(LAUNCHER_SQL.register_agent, node, 60.0)  # a node agent holds it
+        await db.fetchval(LAUNCHER_SQL.register_agent, node, 60.0, "sandbox", "", 2)  # a node agent holds it
     await monitor.flush()
     assert dict(await db.fetch("SELECT id, rack FROM monitor.nodes")) == racks  # type: ignore[arg-type]
     domains = await db.fetch(
@@ -78,7 +78,7 @@ async def test_cpus_and_memory_in_use_are_counted_from_the_placed_jobs_specs(db:
     monitor = HeartbeatIngest(db, default_rules(), MonitorSettings(touch_interval_s=0.001))
     for node in ("n1", "n2"):
         monitor.receive(heartbeat(node, "", cpus=16, memory_mb=65536))
-        await db.fetchval(LAUNCHER_SQL.register_agent, node, 60.0)
+        await db.fetchval(LAUNCHER_SQL.register_agent, node, 60.0, "sandbox", "", 2)
     await monitor.flush()
     spec = JobSpec.model_validate(
         {

@@ -7,7 +7,10 @@ SELECT n.id, n.hostname, n.simulated, n.state, n.gpu_count, n.expected_gpus, n.l
        coalesce(g.isolation, 'unknown') AS isolation, coalesce(g.isolation_detail, '') AS isolation_detail,
        CASE WHEN g.machine_cpus > 0 AND n.cpus > g.machine_cpus
             THEN format('advertises %s CPUs on a machine of %s cores: its tasks share cores',
-                        n.cpus, g.machine_cpus) END AS cpu_sharing
+                        n.cpus, g.machine_cpus)
+            WHEN g.machine_cpus > 0 AND n.cpus = 0
+            THEN format('advertises no CPU limit on a machine of %s cores: past %s one-CPU tasks, '
+                        'they share cores', g.machine_cpus, g.machine_cpus) END AS cpu_sharing
 FROM monitor.nodes n
 LEFT JOIN launcher.agents g ON g.node_id = n.id
 WHERE $1::text IS NULL OR n.id = $1

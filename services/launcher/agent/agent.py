@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Coroutine
+from collections.abc import Container, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,17 @@ class Task:
                 os.kill(self.pid, signal.SIGTERM)
         else:
             kill_group(self.pid, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class _LiveOrWatched:
+    """Attempts live in the database (as read) or handled by this agent (as of now)."""
+
+    live: set[str]
+    watched: dict[str, Task]
+
+    def __contains__(self, attempt_id: object) -> bool:
+        return attempt_id in self.live or attempt_id in self.watched
 
 
 class NodeAgent:
@@ -263,12 +274,19 @@ class NodeAgent:
         """Kill what is left of a sandboxed task, remove its cgroup, release its uid."""
         if self._sandbox is None:
             return
-        for _ in range(200):  # its last processes take a moment to be gone after a kill
-            if await asyncio.to_thread(self._sandbox.take_down, task.attempt_id):
-                self._sandbox.forget(task.job_id, task.attempt_id)
+        # Usually nothing is left (the task's processes went with its pid 1): the cgroup
+        # goes at once, here. Processes left take a kill and a wait: in a thread.
+        if not self._sandbox.take_down_if_empty(task.attempt_id):
+            for _ in range(200):  # its last processes take a moment to be gone after a kill
+                if await asyncio.to_thread(self._sandbox.take_down, task.attempt_id):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                # Its uid stays claimed: no other job may get it while these processes live.
+                log.warning(
+                    "the cgroup of attempt %s still has processes; left for the sweep", task.attempt_id
+                )
                 return
-            await asyncio.sleep(0.05)
-        log.warning("the cgroup of attempt %s still has processes; left for the next sweep", task.attempt_id)
         self._sandbox.forget(task.job_id, task.attempt_id)
 
     async def _report_started(self, task: Task, ticks: int | None, log_path: str | None) -> bool:
@@ -448,14 +466,17 @@ class NodeAgent:
             if self._sandbox is not None:
                 task.cgroup = self._sandbox.adopt(attempt_id, task.job_id)
             await self._settle_unwatched(task, row["state"], row["pid"], row["pid_start_ticks"], spec)
-        keep = live | set(self._tasks)
+        # What to keep is asked at the moment of each kill, not frozen now: a task that
+        # starts while the sweep runs (in its thread) is in ``_tasks`` before it has a
+        # pid file or a cgroup, so the sweep never takes it for an orphan.
+        keep = _LiveOrWatched(live, self._tasks)
         await asyncio.to_thread(kill_orphans, self._state_dir, keep)
         if self._sandbox is not None:
             await asyncio.to_thread(self._kill_orphaned_sandboxes, self._sandbox, keep)
             self._sandbox.release_unused()  # (here, not in the thread: starts claim uids too)
 
     @staticmethod
-    def _kill_orphaned_sandboxes(sandbox: Sandbox, keep: set[str]) -> None:
+    def _kill_orphaned_sandboxes(sandbox: Sandbox, keep: Container[str]) -> None:
         """Kill the tasks an earlier agent left in cgroups of this node for attempts that
         are no longer live: found by their cgroups, whatever their processes did."""
         for attempt_id in sandbox.orphans(keep):

@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
-from services.launcher.agent.sandbox.sandbox import Sandbox, SandboxConfig, SandboxProblem, open_sandbox
+from services.launcher.agent.sandbox.sandbox import (
+    Sandbox,
+    SandboxConfig,
+    SandboxProblem,
+    needed_mounts,
+    open_sandbox,
+)
 from services.launcher.agent.settings import Settings, tidy_state_dir
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
@@ -52,16 +58,18 @@ def sandbox_config(settings: Settings, state_dir: Path) -> SandboxConfig:
     home = settings.common.paths.home.resolve()
     # Corral's own state, and root's home (credentials of every kind end up there).
     private = [home, settings.log_dir, state_dir, Path("/var/lib/corral"), Path("/run/corral")]
-    hidden = dict.fromkeys([*private, Path(pwd.getpwuid(0).pw_dir).resolve()])
+    hidden, readable = needed_mounts(
+        [*private, Path(pwd.getpwuid(0).pw_dir).resolve()], list(_paths(settings.agent.readable_paths))
+    )
     return SandboxConfig(
         node_id=settings.sandbox_scope,
-        hidden=tuple(hidden),
+        hidden=hidden,
         claims_dir=settings.agent.uid_claims_dir,
         uid_range=settings.agent.uid_bounds,
         run_as=settings.agent.run_as,
         pids_max=settings.agent.pids_max,
         writable=_paths(settings.agent.writable_paths),
-        readable=_paths(settings.agent.readable_paths),
+        readable=readable,
         device_root=settings.agent.device_root,
         helper=settings.agent.sandbox_helper,
         cgroup_root=settings.agent.cgroup_root,

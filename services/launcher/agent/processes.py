@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,7 +208,7 @@ def kill_group(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-def kill_orphans(state_dir: Path, keep: set[str]) -> list[str]:
+def kill_orphans(state_dir: Path, keep: Container[str]) -> list[str]:
     """Kill task processes of attempts not in ``keep`` and forget their files.
 
     After an agent restart, these are tasks of attempts the platform declared lost while

@@ -27,7 +27,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -66,6 +66,7 @@ class TaskCgroup:
     freezer: Path | None = None  # v1: freeze before killing
     kill_file: Path | None = None  # v2: cgroup.kill
     memory: Path | None = None
+    on_removed: Callable[[], object] | None = field(default=None, repr=False)
     _removed: bool = field(default=False, repr=False)
 
     @property
@@ -131,6 +132,8 @@ class TaskCgroup:
                     return False
                 raise
         self._removed = True
+        if self.on_removed is not None:
+            self.on_removed()
         return True
 
 
@@ -177,14 +180,35 @@ def format_cpu_list(cpus: Iterable[int]) -> str:
     return ",".join(ranges)
 
 
-def _busy_from(corral_root: Path) -> dict[int, int]:
+def _task_dirs(parent: Path) -> list[str]:
+    """The task cgroups under a node's directory (its other entries are control files)."""
+    try:
+        with os.scandir(parent) as entries:
+            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _cpusets_in(parent: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in _task_dirs(parent):
+        with contextlib.suppress(OSError):
+            found[name] = (parent / name / "cpuset.cpus").read_text().strip()
+    return found
+
+
+def _busy_from(corral_root: Path, own: Path, own_tasks: dict[str, str]) -> dict[int, int]:
     """How many task cgroups of every node agent of this machine (simulated nodes share
-    its cores) may run on each core, from their ``cpuset.cpus``: ``corral/<node>/<task>``.
+    its cores) may run on each core: this node's from what it wrote (``own_tasks``: task
+    -> its cpuset), the others' from their ``cpuset.cpus`` (``corral/<node>/<task>``).
     Only directories are followed (a cgroup directory holds dozens of control files)."""
     busy: dict[int, int] = {}
+    for cpuset in own_tasks.values():
+        for cpu in parse_cpu_list(cpuset):
+            busy[cpu] = busy.get(cpu, 0) + 1
     with contextlib.suppress(OSError):
         for node in os.scandir(corral_root):
-            if not node.is_dir(follow_symlinks=False):
+            if not node.is_dir(follow_symlinks=False) or node.path == str(own):
                 continue
             with contextlib.suppress(OSError), os.scandir(node.path) as tasks:
                 for task in tasks:
@@ -209,8 +233,10 @@ class CgroupV1:
                 f"(found: {', '.join(sorted(mounts)) or 'none'}); mount them under /sys/fs/cgroup"
             )
         self._parents = {c: mounts[c] / "corral" / node_id for c in V1_CONTROLLERS}
+        self._cpusets: dict[str, str] = {}  # this node's tasks' cores, as written
         for controller, parent in self._parents.items():
             _make_parent(parent, controller == "cpuset")
+        self._cpusets.update(_cpusets_in(self._parents["cpuset"]))  # an earlier agent's tasks
 
     def create(self, name: str, limits: Limits) -> TaskCgroup:
         dirs = {c: parent / name for c, parent in self._parents.items()}
@@ -218,6 +244,7 @@ class CgroupV1:
             directory.mkdir(exist_ok=True)
         _write(dirs["cpuset"] / "cpuset.cpus", limits.cpuset_cpus)
         _write(dirs["cpuset"] / "cpuset.mems", limits.cpuset_mems)
+        self._cpusets[name] = limits.cpuset_cpus
         _write(dirs["cpu"] / "cpu.cfs_period_us", str(CFS_PERIOD_US))
         _write(dirs["cpu"] / "cpu.cfs_quota_us", str(max(1000, round(limits.cpus * CFS_PERIOD_US))))
         _write(dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
@@ -231,7 +258,14 @@ class CgroupV1:
         return self._handle(name, dirs)
 
     def _handle(self, name: str, dirs: dict[str, Path]) -> TaskCgroup:
-        return TaskCgroup(name, dirs, dirs["freezer"], freezer=dirs["freezer"], memory=dirs["memory"])
+        return TaskCgroup(
+            name,
+            dirs,
+            dirs["freezer"],
+            freezer=dirs["freezer"],
+            memory=dirs["memory"],
+            on_removed=lambda: self._cpusets.pop(name, None),
+        )
 
     def existing(self, name: str) -> TaskCgroup | None:
         dirs = {c: parent / name for c, parent in self._parents.items()}
@@ -240,10 +274,10 @@ class CgroupV1:
         return self._handle(name, dirs)
 
     def names(self) -> list[str]:
-        return sorted(p.name for p in self._parents["freezer"].iterdir() if p.is_dir())
+        return _task_dirs(self._parents["freezer"])
 
     def busy_cpus(self) -> dict[int, int]:
-        return _busy_from(self._parents["cpuset"].parent)
+        return _busy_from(self._parents["cpuset"].parent, self._parents["cpuset"], self._cpusets)
 
     def close(self) -> None:
         """Remove this node's directories where no task is left in them."""
@@ -266,6 +300,7 @@ class CgroupV2:
                 "delegate them to this cgroup (systemd: Delegate=yes) or set CORRAL_AGENT_CGROUP_ROOT"
             )
         self._parent = root / "corral" / node_id
+        self._cpusets: dict[str, str] = {}  # this node's tasks' cores, as written
         enable = " ".join(f"+{c}" for c in V2_CONTROLLERS)
         for directory in (root, root / "corral", self._parent):
             try:
@@ -282,12 +317,14 @@ class CgroupV2:
                     f"could not enable {enable} in {directory / 'cgroup.subtree_control'} ({exc.strerror}): "
                     f"{why}, or set CORRAL_AGENT_CGROUP_ROOT to a delegated cgroup"
                 ) from exc
+        self._cpusets.update(_cpusets_in(self._parent))  # an earlier agent's tasks
 
     def create(self, name: str, limits: Limits) -> TaskCgroup:
         directory = self._parent / name
         directory.mkdir(exist_ok=True)
         _write(directory / "cpuset.cpus", limits.cpuset_cpus)
         _write(directory / "cpuset.mems", limits.cpuset_mems)
+        self._cpusets[name] = limits.cpuset_cpus
         _write(directory / "cpu.max", f"{max(1000, round(limits.cpus * CFS_PERIOD_US))} {CFS_PERIOD_US}")
         _write(directory / "memory.max", str(limits.memory_bytes))
         if (directory / "memory.swap.max").exists():
@@ -297,7 +334,12 @@ class CgroupV2:
 
     def _handle(self, name: str, directory: Path) -> TaskCgroup:
         return TaskCgroup(
-            name, {"unified": directory}, directory, kill_file=directory / "cgroup.kill", memory=directory
+            name,
+            {"unified": directory},
+            directory,
+            kill_file=directory / "cgroup.kill",
+            memory=directory,
+            on_removed=lambda: self._cpusets.pop(name, None),
         )
 
     def existing(self, name: str) -> TaskCgroup | None:
@@ -305,10 +347,10 @@ class CgroupV2:
         return self._handle(name, directory) if directory.is_dir() else None
 
     def names(self) -> list[str]:
-        return sorted(p.name for p in self._parent.iterdir() if p.is_dir())
+        return _task_dirs(self._parent)
 
     def busy_cpus(self) -> dict[int, int]:
-        return _busy_from(self._parent.parent)
+        return _busy_from(self._parent.parent, self._parent, self._cpusets)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -43,6 +43,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,8 +85,11 @@ static int nodev; /* no devices controller (cgroup v2): device nodes work only i
 static char **command;
 static int log_fd = -1;
 
-/* The standard device nodes every task gets in its private /dev. */
-static const char *const standard_devices[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
+/* The standard device nodes every task gets in its private /dev (as container runtimes
+ * give them): name, major, minor. */
+static const struct { const char *name; unsigned major, minor; } standard_devices[] = {
+    {"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}, {NULL, 0, 0},
+};
 
 static void say(const char *fmt, ...) {
     char line[1024];
@@ -174,20 +178,20 @@ static int clone_tree(const char *path) {
     return fd;
 }
 
-static void attach(int tree, const char *target, int is_dir, int is_device, int read_only) {
-    if (is_dir) mkdirs(target);
-    else {
-        int made = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (made < 0) die(target);
-        close(made);
-    }
+static void attach(int tree, const char *target, int read_only) {
+    mkdirs(target);
     /* The copy has the flags of the read-only root it came from: make it writable. */
     struct mount_attr attr = {0};
     attr.attr_set = MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0);
-    attr.attr_clr = (read_only ? 0 : MOUNT_ATTR_RDONLY) | (is_device ? MOUNT_ATTR_NODEV : 0);
+    attr.attr_clr = read_only ? 0 : MOUNT_ATTR_RDONLY;
     if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) die(target);
     if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(target);
     close(tree);
+}
+
+static void make_device(const char *path, mode_t mode, dev_t device) {
+    if (mknod(path, S_IFCHR | mode, device) < 0) die(path);
+    if (chmod(path, mode) < 0) die(path); /* (mknod obeys the umask) */
 }
 
 static int is_under(const char *path, const char *parent) {
@@ -218,37 +222,41 @@ static void make_mounts(void) {
 
     /* Everything the task may keep is copied first: the mounts below hide the paths. */
     int work_tree = clone_tree(workdir);
-    int writable_tree[MAX_LIST], readable_tree[MAX_LIST], std_tree[8], device_tree[MAX_LIST];
+    int writable_tree[MAX_LIST], readable_tree[MAX_LIST];
+    struct stat device_stat[MAX_LIST];
     for (int i = 0; i < n_writable; i++) writable_tree[i] = clone_tree(writable[i]);
     for (int i = 0; i < n_readable; i++) readable_tree[i] = clone_tree(readable[i]);
-    for (int i = 0; standard_devices[i]; i++) {
-        char path[64];
-        snprintf(path, sizeof path, "/dev/%s", standard_devices[i]);
-        std_tree[i] = clone_tree(path);
-    }
     /* A device outside /dev stays where it is, seen through the read-only root; the
-     * device cgroup (v1) decides whether it opens. */
-    for (int i = 0; i < n_devices; i++) device_tree[i] = in_dev(devices[i]) ? clone_tree(devices[i]) : -1;
+     * device cgroup (v1) decides whether it opens. One in /dev is made anew in the
+     * private /dev, with the same numbers. */
+    for (int i = 0; i < n_devices; i++) {
+        if (in_dev(devices[i]) && (stat(devices[i], &device_stat[i]) < 0 || !S_ISCHR(device_stat[i].st_mode))) {
+            if (errno == 0) errno = ENODEV;
+            die(devices[i]);
+        }
+    }
 
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die("/proc");
     hide_all(NULL);
     /* Readable paths come back (read-only) even inside a hidden one (an interpreter in
      * root's home), and whatever hidden path lies inside one of them is hidden again. */
     for (int i = 0; i < n_readable; i++) {
-        attach(readable_tree[i], readable[i], 1, 0, 1);
+        attach(readable_tree[i], readable[i], 1);
         hide_all(readable[i]);
     }
     tmpfs("/tmp", "mode=1777");
     if (access("/var/tmp", F_OK) == 0) tmpfs("/var/tmp", "mode=1777");
 
-    tmpfs("/dev", "mode=0755");
-    for (int i = 0; standard_devices[i]; i++) {
+    /* Device nodes are made, not bound: cheaper, and the task, which may not mknod,
+     * cannot add any (the tmpfs is root's, mode 0755). */
+    if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") < 0) die("/dev");
+    for (int i = 0; standard_devices[i].name; i++) {
         char path[64];
-        snprintf(path, sizeof path, "/dev/%s", standard_devices[i]);
-        attach(std_tree[i], path, 0, 1, 0);
+        snprintf(path, sizeof path, "/dev/%s", standard_devices[i].name);
+        make_device(path, 0666, makedev(standard_devices[i].major, standard_devices[i].minor));
     }
     for (int i = 0; i < n_devices; i++) {
-        if (device_tree[i] >= 0) attach(device_tree[i], devices[i], 0, 1, 0);
+        if (in_dev(devices[i])) make_device(devices[i], device_stat[i].st_mode & 0777, device_stat[i].st_rdev);
     }
     mkdirs("/dev/shm");
     tmpfs("/dev/shm", "mode=1777");
@@ -261,8 +269,8 @@ static void make_mounts(void) {
     if (symlink("/proc/self/fd/1", "/dev/stdout") < 0) die("/dev/stdout");
     if (symlink("/proc/self/fd/2", "/dev/stderr") < 0) die("/dev/stderr");
 
-    for (int i = 0; i < n_writable; i++) attach(writable_tree[i], writable[i], 1, 0, 0);
-    attach(work_tree, workdir, 1, 0, 0);
+    for (int i = 0; i < n_writable; i++) attach(writable_tree[i], writable[i], 0);
+    attach(work_tree, workdir, 0);
 }
 
 /* --- MAIN: no privilege left ----------------------------------------------------- */

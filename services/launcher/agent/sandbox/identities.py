@@ -20,6 +20,7 @@ import contextlib
 import grp
 import os
 import pwd
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,14 +44,40 @@ class Identities(Protocol):
     def held(self) -> dict[str, Identity]: ...
 
 
-def _is_taken_by_an_account(uid: int) -> bool:
-    for lookup in (pwd.getpwuid, grp.getgrgid):
-        try:
-            lookup(uid)
-            return True
-        except KeyError:
-            pass
-    return False
+class _Accounts:
+    """The uids and gids this machine's accounts and groups have, read again only when
+    /etc/passwd or /etc/group changed (a claim is one check, not two NSS lookups)."""
+
+    FILES = (Path("/etc/passwd"), Path("/etc/group"))
+
+    def __init__(self) -> None:
+        self._stamp: tuple[float, ...] = ()
+        self._ids: frozenset[int] = frozenset()
+
+    def taken(self, uid: int) -> bool:
+        stamp = tuple(_mtime(f) for f in self.FILES)
+        if stamp != self._stamp:
+            self._ids = frozenset(a.pw_uid for a in pwd.getpwall()) | frozenset(
+                g.gr_gid for g in grp.getgrall()
+            )
+            self._stamp = stamp
+        return uid in self._ids
+
+
+def _uids_of_processes() -> set[int]:
+    uids: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                uids.add(entry.stat().st_uid)
+    return uids
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 class DynamicIdentities:
@@ -65,6 +92,8 @@ class DynamicIdentities:
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self._dir, 0o700)  # root's alone, even if it existed
         self._held: dict[str, Identity] = self._read_claims()
+        self._accounts = _Accounts()
+        self._sweep_stale()
 
     def _owner_line(self, job_id: str) -> str:
         return f"{self._node} {job_id}\n"
@@ -80,6 +109,22 @@ class DynamicIdentities:
                     held[job_id] = Identity(uid, uid, f"corral-{uid}")
         return held
 
+    def _sweep_stale(self, min_age_s: float = 60.0) -> None:
+        """Release other nodes' claims that no process uses and that are older than a
+        start takes: their agent died with its tasks gone (a machine reboot empties
+        /run anyway), and its uids must not stay out of the pool for good."""
+        in_use = _uids_of_processes()
+        now = time.time()
+        for claim in self._dir.glob("[0-9]*"):
+            with contextlib.suppress(OSError, ValueError):
+                node, _ = claim.read_text().split()
+                if (
+                    node != self._node
+                    and int(claim.name) not in in_use
+                    and now - claim.stat().st_mtime > min_age_s
+                ):
+                    claim.unlink()
+
     def claim(self, job_id: str, username: str) -> Identity:
         del username  # a dynamic uid stands for the job, not for an account
         if job_id in self._held:
@@ -88,7 +133,7 @@ class DynamicIdentities:
         start = zlib.crc32(f"{self._node}/{job_id}".encode()) % size
         for offset in range(size):
             uid = self._first + (start + offset) % size
-            if _is_taken_by_an_account(uid):
+            if self._accounts.taken(uid):
                 continue
             try:
                 fd = os.open(self._dir / str(uid), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import subprocess
 import tempfile
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,8 +177,14 @@ class Sandbox:
         cgroup = self.tree.existing(attempt_id)
         if cgroup is None:
             return True
-        cgroup.kill()
+        if cgroup.processes():  # (usually none: they went with the task's pid 1)
+            cgroup.kill()
         return cgroup.remove()
+
+    def take_down_if_empty(self, attempt_id: str) -> bool:
+        """Remove the task's cgroup if no process is left in it (two reads, no wait)."""
+        cgroup = self.tree.existing(attempt_id)
+        return cgroup is None or (not cgroup.processes() and cgroup.remove())
 
     def forget(self, job_id: str, attempt_id: str) -> None:
         """The task is gone: release its job's uid if it was the job's last task here.
@@ -189,7 +197,7 @@ class Sandbox:
                 del self._jobs[job_id]
                 self.identities.release(job_id)
 
-    def orphans(self, live: set[str]) -> list[str]:
+    def orphans(self, live: Container[str]) -> list[str]:
         """Task cgroups of this node whose attempts are not live (an earlier agent's)."""
         return [name for name in self.tree.names() if name not in live]
 
@@ -204,6 +212,41 @@ class Sandbox:
         for job_id in list(self.identities.held()):
             if job_id not in self._jobs:
                 self.identities.release(job_id)
+
+
+# Replaced whole inside every sandbox: nothing under them needs hiding.
+PRIVATE_IN_EVERY_SANDBOX = (Path("/dev"), Path("/tmp"), Path("/var/tmp"))  # noqa: S108
+
+
+def needed_mounts(hidden: list[Path], readable: list[Path]) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The hidden and readable paths that each need a mount of their own (each one is a
+    mount per task): a hidden path inside another, or inside what every sandbox
+    replaces, is hidden already; a readable path is mounted only where a task could not
+    reach it anyway (a hidden parent, a parent others may not enter)."""
+    unique = list(dict.fromkeys(hidden))
+    kept_hidden = [
+        path
+        for path in unique
+        if not any(path.is_relative_to(c) for c in PRIVATE_IN_EVERY_SANDBOX)
+        and not any(path != other and path.is_relative_to(other) for other in unique)
+    ]
+    kept_readable = [
+        path
+        for path in dict.fromkeys(readable)
+        if any(path.is_relative_to(h) for h in kept_hidden) or not _others_may_reach(path)
+    ]
+    return tuple(kept_hidden), tuple(kept_readable)
+
+
+def _others_may_reach(path: Path) -> bool:
+    """Every directory from / to ``path`` lets others through (o+x)."""
+    for directory in (path, *path.parents):
+        try:
+            if not directory.stat().st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def open_sandbox(config: SandboxConfig) -> Sandbox:
