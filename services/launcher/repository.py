@@ -233,7 +233,10 @@ def _failure_reason(attempt: AttemptOutcome | None) -> tuple[int | None, str]:
         return None, f"task {_task(attempt)} was lost: {attempt.reason}"
     if attempt.exit_code is None:
         return None, f"task {_task(attempt)} ended: {attempt.reason or 'killed'}"
-    return attempt.exit_code, f"task {_task(attempt)} exited with code {attempt.exit_code}"
+    said = f"task {_task(attempt)} exited with code {attempt.exit_code}"
+    if attempt.reason and not attempt.reason.startswith("exited with code"):
+        said += f": {attempt.reason}"  # what the code means: its memory limit, a missing command
+    return attempt.exit_code, said
 
 
 async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:

@@ -83,6 +83,18 @@ def _task_processes(marker: str) -> list[str]:
     return [line for line in found.stdout.splitlines() if "pgrep" not in line]
 
 
+def _every_command_line() -> str:
+    """Every process's argv on this machine, as any user may read them."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                continue
+    return "\n".join(lines)
+
+
 def _state_dirs(node: str) -> list[Path]:
     """The node agents' state directories (pid and exit files) on this machine."""
     return list(Path("/dev/shm").glob(f"corral-*/{node}"))
@@ -174,6 +186,11 @@ async def _escape_attempts(stack: Stack) -> None:
 
         for secret in (admin_token, pg_password, bob_secret):
             assert secret not in said, f"a secret leaked into alice's output:\n{said}"
+        command_lines = _every_command_line()
+        for secret in (admin_token, pg_password):
+            assert secret not in command_lines, (
+                "a secret in a command line: /proc/*/cmdline is world-readable"
+            )
         assert "wrote:" not in said, said
         assert "signalled" not in said, said
         uid = int(re.search(r"uid=(\d+)", said).group(1))  # type: ignore[union-attr]
@@ -227,6 +244,7 @@ async def test_limits_hold_memory_processes_and_cores(
         assert failed["state"] == "FAILED", failed
         attempt = failed["attempts"][0]
         assert attempt["reason"] == "exceeded its 64 MiB memory limit", attempt
+        assert failed["reason"].endswith(": exceeded its 64 MiB memory limit (permanent)"), failed["reason"]
         assert attempt["classification"] == "permanent"
 
         bombed = await wait_state(http, bomb, {"SUCCEEDED", "FAILED"})
@@ -284,6 +302,7 @@ async def test_only_its_own_files_and_descriptors(stack: Stack) -> None:
         "echo home=$HOME pwd=$(pwd) tmp=$(ls -A /tmp) shm=$(ls -A /dev/shm | wc -l); "
         "echo dev: $(ls /dev | tr '\\n' ' '); "
         "touch /tmp/mine mine && echo wrote-own; "
+        "echo out=$(readlink /proc/self/fd/1 | cut -d: -f1); "
         "ls -A $(dirname $(pwd)) | tr '\\n' ' '"
     )
     async with stack.client() as http:
@@ -299,6 +318,7 @@ async def test_only_its_own_files_and_descriptors(stack: Stack) -> None:
     devices = said.split("dev: ")[1].split("\n")[0].split()
     assert set(devices) == set(STANDARD_DEV), devices
     assert "wrote-own" in said
+    assert "out=pipe\n" in said, "its output goes through a pipe: it holds no log file to reopen"
     assert said.strip().endswith(job_id), "its job's directory is the only one it sees"
     assert (work / "mine").exists()
 
@@ -308,7 +328,7 @@ async def test_the_node_says_how_it_isolates_its_tasks(stack: Stack) -> None:
         await stack.wait_nodes_ready(1)
         [node] = (await http.get("/api/v1/nodes")).json()["items"]
     assert node["isolation"] == "sandbox"
-    assert "dynamic uids 61184-65519" in node["isolation_detail"]
+    assert "a dynamic uid of its own (61184-65519)" in node["isolation_detail"]
     # Simulated GPUs advertise no CPU limit: the node says its tasks share this machine's cores.
     cores = len(os.sched_getaffinity(0))
     assert f"no CPU limit on a machine of {cores} cores" in node["cpu_sharing"]

@@ -151,7 +151,7 @@ async def test_permanent_failures_are_never_retried(stack: Stack) -> None:
     assert job["exit_code"] == 127
     assert len(job["attempts"]) == 1
     assert job["attempts"][0]["classification"] == "permanent"
-    assert job["reason"] == "task main-0 exited with code 127 (permanent)"
+    assert job["reason"] == "task main-0 exited with code 127: command not found (permanent)"
 
 
 async def test_max_runtime_is_enforced(stack: Stack) -> None:

@@ -82,7 +82,11 @@ class Sandbox:
     @property
     def description(self) -> str:
         first, last = self.config.uid_range
-        who = f"dynamic uids {first}-{last}" if self.config.run_as == "dynamic" else "the submitter's account"
+        who = (
+            f"a dynamic uid of its own ({first}-{last})"
+            if self.config.run_as == "dynamic"
+            else "its submitter's account"
+        )
         return (
             f"each task as {who}, in its own pid, mount and IPC namespaces, cgroup v{self.tree.version} "
             f"limits (memory, {self.config.pids_max} pids, cores), only its own GPUs"
