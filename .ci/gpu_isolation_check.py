@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from services.launcher.agent.processes import spawn_sandboxed
 from services.launcher.agent.sandbox.sandbox import SandboxConfig, open_sandbox
 from shared.jobs import Resources
 
@@ -45,7 +45,7 @@ def main() -> int:
                 node_id="gpu-check",
                 hidden=(),
                 claims_dir=scratch / "claims",
-                uid_range=(61184, 65519),
+                uid_range=(2130706432, 2130771967),
                 run_as="dynamic",
                 pids_max=4096,
                 readable=tuple(dict.fromkeys(Path(p).resolve() for p in (sys.base_prefix, sys.prefix))),
@@ -66,7 +66,7 @@ def main() -> int:
                 command=PROBE.format(python=python),
             )
             env = {"PATH": "/usr/local/bin:/usr/bin:/bin", **launch.env}
-            subprocess.run(launch.argv, env=env, stdin=subprocess.DEVNULL, timeout=300, check=False)
+            spawn_sandboxed(launch.argv, env).wait(300)
             said[name] = (scratch / f"{name}.log").read_text()
             sandbox.finish(f"check-{name}", f"check-{name}")
             print(f"--- {name} (cgroup v{sandbox.tree.version}) ---\n{said[name]}")

@@ -83,7 +83,7 @@ async def _measure(tasks: int, rounds: int) -> dict[str, object]:
                 node_id=f"bench-{os.getpid()}",
                 hidden=(scratch / "state", scratch / "logs"),
                 claims_dir=scratch / "claims",
-                uid_range=(61184, 65519),
+                uid_range=(2130706432, 2130771967),
                 run_as="dynamic",
                 pids_max=4096,
             )

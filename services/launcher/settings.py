@@ -54,7 +54,10 @@ class AgentSettings(BaseSettings):
     # "dynamic": a uid of its own per job and node, from uid_range (systemd's DynamicUser);
     # "account": the submitter's own POSIX account (Slurm's model; uids agree across nodes).
     run_as: Literal["dynamic", "account"] = "dynamic"
-    uid_range: str = Field(default="61184-65519", pattern=r"^[1-9][0-9]*-[1-9][0-9]*$")
+    # 0x7F000000-0x7F00FFFF: where systemd's list of uid ranges (UIDS-GIDS.md) has nothing,
+    # above its containers' (0x80000-0x6FFFFFFF) and clear of its own DynamicUser range
+    # (61184-65519), whose uids its services may hold.
+    uid_range: str = Field(default="2130706432-2130771967", pattern=r"^[1-9][0-9]*-[1-9][0-9]*$")
     pids_max: int = Field(default=4096, ge=16)
     # Host directories tasks may write besides their own (shared datasets, checkpoints):
     # colon-separated. Everything else of the host is read-only to a task.

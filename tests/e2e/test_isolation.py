@@ -25,6 +25,7 @@ from corral.local.ports import free_port
 from tests.e2e.stack import HOLD, Stack, corral, submit_spec, wait_state
 from tests.infra import world_readable_tempdir
 
+DYNAMIC_UIDS = (2130706432, 2130771967)  # the default CORRAL_AGENT_UID_RANGE
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs a root agent")
 
 
@@ -95,6 +96,11 @@ def _every_command_line() -> str:
     return "\n".join(lines)
 
 
+def _uid_claims() -> list[str]:
+    """The dynamic uids claimed on this machine: "<node> <job>" each."""
+    return [c.read_text() for c in Path("/run/corral/uids").glob("[0-9]*")]
+
+
 def _state_dirs(node: str) -> list[Path]:
     """The node agents' state directories (pid and exit files) on this machine."""
     return list(Path("/dev/shm").glob(f"corral-*/{node}"))
@@ -145,7 +151,7 @@ async def _escape_attempts(stack: Stack) -> None:
         bob_uid = bob_work.stat().st_uid
         bob_pid = _first_pid_of_uid(bob_uid)
         bob_helper = int(next(d / f"{bob_attempt['id']}.pid" for d in _state_dirs("local")).read_text())
-        assert bob_uid >= 61184, "bob's task runs under a dynamic uid of its own"
+        assert bob_uid >= DYNAMIC_UIDS[0], "bob's task runs under a dynamic uid of its own"
 
         targets = {
             "admin-token": home / "admin-token",
@@ -194,7 +200,7 @@ async def _escape_attempts(stack: Stack) -> None:
         assert "wrote:" not in said, said
         assert "signalled" not in said, said
         uid = int(re.search(r"uid=(\d+)", said).group(1))  # type: ignore[union-attr]
-        assert uid >= 61184, said
+        assert DYNAMIC_UIDS[0] <= uid <= DYNAMIC_UIDS[1], said
         assert uid != bob_uid, "two tenants' tasks share a uid"
         assert f"gid={uid} groups={uid}\n" in said, "no supplementary groups, not root's group"
         assert "CapEff:\t0000000000000000" in said
@@ -294,6 +300,9 @@ async def test_every_process_of_a_task_goes_with_it(stack: Stack) -> None:
         await wait_state(http, cancelled, {"CANCELLED", "FAILED"})
         await asyncio.sleep(0.3)
         assert not _task_processes("sleep 4322")
+        # Their uids went back to the pool with their last processes.
+        claims = _uid_claims()
+        assert not [c for c in claims if ended in c or cancelled in c], claims
 
 
 async def test_only_its_own_files_and_descriptors(stack: Stack) -> None:
@@ -328,7 +337,7 @@ async def test_the_node_says_how_it_isolates_its_tasks(stack: Stack) -> None:
         await stack.wait_nodes_ready(1)
         [node] = (await http.get("/api/v1/nodes")).json()["items"]
     assert node["isolation"] == "sandbox"
-    assert "a dynamic uid of its own (61184-65519)" in node["isolation_detail"]
+    assert "a dynamic uid of its own ({}-{})".format(*DYNAMIC_UIDS) in node["isolation_detail"]
     # Simulated GPUs advertise no CPU limit: the node says its tasks share this machine's cores.
     cores = len(os.sched_getaffinity(0))
     assert f"no CPU limit on a machine of {cores} cores" in node["cpu_sharing"]

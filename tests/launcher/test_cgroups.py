@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from services.launcher.agent.processes import spawn_sandboxed
 from services.launcher.agent.sandbox.cgroups import (
     CgroupProblem,
     CgroupV1,
@@ -110,7 +110,7 @@ def sandbox(tmp_path: Path, fake_gpus: Path) -> Iterator[Sandbox]:
         node_id=f"test-{uuid.uuid4().hex[:8]}",
         hidden=(),
         claims_dir=tmp_path / "claims",
-        uid_range=(61184, 65519),
+        uid_range=(2130706432, 2130771967),
         run_as="dynamic",
         pids_max=32,
         device_root=fake_gpus,
@@ -136,9 +136,8 @@ def _run(sandbox: Sandbox, tmp_path: Path, command: str, *, gpus: list[int], cpu
         exit_file=tmp_path / f"{attempt}.exit",
         command=command,
     )
-    env = {"PATH": "/usr/bin:/bin", **launch.env}
-    done = subprocess.run(launch.argv, env=env, stdin=subprocess.DEVNULL, timeout=60, check=False)
-    assert done.returncode == 0, (tmp_path / f"{attempt}.log").read_text()
+    helper = spawn_sandboxed(launch.argv, {"PATH": "/usr/bin:/bin", **launch.env})
+    assert helper.wait(60) == 0, (tmp_path / f"{attempt}.log").read_text()
     assert sandbox.finish(attempt, f"job-{attempt}")
     return (tmp_path / f"{attempt}.log").read_text()
 
@@ -207,7 +206,7 @@ def test_a_cgroup_kill_reaches_a_daemonised_grandchild(sandbox: Sandbox, tmp_pat
         exit_file=tmp_path / "exit",
         command="setsid sh -c 'sleep 5678' & sleep 600",
     )
-    helper = subprocess.Popen(launch.argv, env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+    helper = spawn_sandboxed(launch.argv, {"PATH": "/usr/bin:/bin"})
     try:
         deadline = time.monotonic() + 10
         daemon: list[int] = []
@@ -249,7 +248,7 @@ def test_a_non_root_agent_is_told_it_cannot_sandbox(monkeypatch: pytest.MonkeyPa
         node_id="laptop",
         hidden=(),
         claims_dir=tmp_path,
-        uid_range=(61184, 65519),
+        uid_range=(2130706432, 2130771967),
         run_as="dynamic",
         pids_max=64,
     )

@@ -49,9 +49,8 @@ from shared.telemetry import span_in_job_trace
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
-# The sandbox helper's exit status, and its log line, when it could not start a task.
+# The sandbox helper's exit status when it could not start a task (the exit file says why).
 SANDBOX_FAILED = 125
-SANDBOX_FAILED_SAYS = "corral-sandbox: could not start the task"
 
 
 @dataclass
@@ -230,11 +229,14 @@ class NodeAgent:
                 cwd.mkdir(parents=True, exist_ok=True)
                 proc = await spawn(task_role.command, env, task.log_path, task.files, cwd)
             else:
-                proc = self._spawn_sandboxed(task, row, env, cwd, task_role)
+                try:
+                    proc = self._spawn_sandboxed(task, row, env, cwd, task_role)
+                except BaseException:
+                    await self._finish_sandbox(task)  # its cgroup and uid claim, if made
+                    raise
         except (OSError, IdentityProblem) as exc:
             task.platform = "start_failed"
             await self.report_exit(task, Exit(None, None, f"could not start the task: {exc}"))
-            await self._finish_sandbox(task)
             return False
         task.pid = proc.pid
         ticks = process_start_ticks(proc.pid)
@@ -340,12 +342,10 @@ class NodeAgent:
         if task.cgroup.oom_kills() > 0:
             task.platform = task.platform or "oom_killed"
             return Exit(outcome.exit_code, outcome.signal, f"exceeded its {task.memory_mb} MiB memory limit")
-        if outcome.exit_code == SANDBOX_FAILED:
-            said = read_log_tail(task.log_path)
-            line = next((x for x in reversed(said.splitlines()) if x.startswith(SANDBOX_FAILED_SAYS)), None)
-            if line is not None:
-                task.platform = task.platform or "sandbox_failed"
-                return Exit(outcome.exit_code, outcome.signal, line.removeprefix("corral-sandbox: "))
+        if outcome.exit_code == SANDBOX_FAILED and outcome.reason:
+            # Said by the helper in the exit file, which only root writes (never taken
+            # from the task's output: a task could print anything and exit 125).
+            task.platform = task.platform or "sandbox_failed"
         return outcome
 
     def stop(self, attempt_id: str, reason: str, grace_s: float, *, platform: str | None = None) -> None:
@@ -472,19 +472,28 @@ class NodeAgent:
         keep = _LiveOrWatched(live, self._tasks)
         await asyncio.to_thread(kill_orphans, self._state_dir, keep)
         if self._sandbox is not None:
-            await asyncio.to_thread(self._kill_orphaned_sandboxes, self._sandbox, keep)
-            self._sandbox.release_unused()  # (here, not in the thread: starts claim uids too)
+            removed = await asyncio.to_thread(self._kill_orphaned_sandboxes, self._sandbox, keep)
+            # (here, not in the thread: starts claim uids too)
+            for attempt_id in removed:
+                self._sandbox.forget_attempt(attempt_id)
+            self._sandbox.release_unused()
 
     @staticmethod
-    def _kill_orphaned_sandboxes(sandbox: Sandbox, keep: Container[str]) -> None:
-        """Kill the tasks an earlier agent left in cgroups of this node for attempts that
-        are no longer live: found by their cgroups, whatever their processes did."""
+    def _kill_orphaned_sandboxes(sandbox: Sandbox, keep: Container[str]) -> list[str]:
+        """Kill the tasks left in cgroups of this node for attempts that are no longer
+        live (an earlier agent's, or ones whose processes outlived their end): found by
+        their cgroups, whatever their processes did. Returns those whose cgroups went."""
+        removed = []
         for attempt_id in sandbox.orphans(keep):
             cgroup = sandbox.cgroup_of(attempt_id)
-            if cgroup is not None:
+            if cgroup is None:
+                continue
+            if cgroup.processes():
                 log.warning("killing the processes of attempt %s, which is no longer live", attempt_id)
                 cgroup.kill()
-                cgroup.remove()  # (one with processes still exiting goes at the next sweep)
+            if cgroup.remove():  # (one with processes still exiting goes at the next sweep)
+                removed.append(attempt_id)
+        return removed
 
     async def _settle_unwatched(
         self, task: Task, state: str, pid: int | None, ticks: int | None, spec: JobSpec

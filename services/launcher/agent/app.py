@@ -57,7 +57,14 @@ def _paths(colon_separated: str) -> tuple[Path, ...]:
 def sandbox_config(settings: Settings, state_dir: Path) -> SandboxConfig:
     home = settings.common.paths.home.resolve()
     # Corral's own state, and root's home (credentials of every kind end up there).
-    private = [home, settings.log_dir, state_dir, Path("/var/lib/corral"), Path("/run/corral")]
+    private = [
+        home,
+        settings.log_dir,
+        settings.work_dir,
+        state_dir,
+        Path("/var/lib/corral"),
+        Path("/run/corral"),
+    ]
     hidden, readable = needed_mounts(
         [*private, Path(pwd.getpwuid(0).pw_dir).resolve()], list(_paths(settings.agent.readable_paths))
     )

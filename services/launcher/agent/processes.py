@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # "$1" is the user's command, "$2" the pid file, "$3" the exit file. The command runs
 # in a child shell so that `exit 3` inside it still lets the wrapper record 3. The
@@ -39,7 +40,8 @@ _WRAPPER = 'trap : TERM INT; echo $$ > "$2"; {child}; code=$?; echo $code > "$3"
 _IN_SUBSHELL = _WRAPPER.format(child='corral_command=$1; (set --; eval "$corral_command")')
 _IN_OWN_SHELL = _WRAPPER.format(child='/bin/sh -c "$1"')
 _READS_ITS_SHELL = re.compile(r"\$(\$|\{?0|\{?PPID)")
-_POLL_S = 0.05  # how often a task's exit is polled for where the kernel has no pidfds
+_POLL_S = 0.05
+NUL = bytes(1)  # how often a task's exit is polled for where the kernel has no pidfds
 
 
 def wrapper_for(command: str) -> str:
@@ -62,12 +64,16 @@ class TaskFiles:
 
     def read_exit(self) -> Exit | None:
         """What the exit file says: an exit code ("3"), or (written by the sandbox
-        helper) a minus sign and the signal that killed the task ("-9")."""
+        helper) a minus sign and the signal that killed the task ("-9"), or 125 and the
+        step of the sandbox that failed on a second line."""
         try:
-            value = int(self.exit_file.read_text().strip())
+            first, _, rest = self.exit_file.read_text().partition("\n")
+            value = int(first.strip())
         except (FileNotFoundError, ValueError):
             return None
-        return Exit(None, -value) if value < 0 else Exit(value, None)
+        if value < 0:
+            return Exit(None, -value)
+        return Exit(value, None, f"could not start the task: {rest.strip()}" if rest.strip() else "")
 
     def remove(self) -> None:
         self.pid_file.unlink(missing_ok=True)
@@ -145,17 +151,28 @@ async def spawn(
         )
 
 
-def spawn_sandboxed(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def spawn_sandboxed(argv: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen[bytes]:
     """Start a task through the sandbox helper (``sandbox/corral_sandbox.c``), which
     writes the pid, log and exit files itself. In a session of its own, like ``spawn``'s
-    wrapper, so a restarted agent's orphan sweep can kill it by process group."""
-    return subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
+    wrapper, so a restarted agent's orphan sweep can kill it by process group.
+
+    The helper runs as root with an empty environment: the task's (``env``, partly the
+    job's own) goes to it in a memfd, for the task alone. In the helper's own
+    environment, a job's ``LD_PRELOAD`` would run code as root."""
+    fd = os.memfd_create("corral-task-env", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, b"".join(f"{name}={value}".encode() + NUL for name, value in env.items()))
+        return subprocess.Popen(  # our own helper, its arguments built by the agent
+            [argv[0], "--env-fd", str(fd), *argv[1:]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env={},
+            pass_fds=(fd,),
+            start_new_session=True,
+            **popen,
+        )
+    finally:
+        os.close(fd)
 
 
 async def wait_spawned(proc: subprocess.Popen[bytes], files: TaskFiles) -> Exit:

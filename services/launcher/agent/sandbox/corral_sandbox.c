@@ -32,7 +32,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <stddef.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -69,6 +74,9 @@ struct mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_f
 #define OPEN_TREE_CLOEXEC O_CLOEXEC
 #define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
 #endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
@@ -83,7 +91,11 @@ static int n_cgroups, n_hidden, n_devices, n_writable, n_readable;
 static long uid = -1, gid = -1;
 static int nodev; /* no devices controller (cgroup v2): device nodes work only in /dev */
 static char **command;
+static char **task_env;        /* MAIN's environment, read from --env-fd (never our own) */
+static int env_fd = -1;
 static int log_fd = -1;
+static int err_fd = -1;        /* a failure before the task runs, for the helper to record */
+#define MAX_ENV_BYTES (1 << 20)
 
 /* The standard device nodes every task gets in its private /dev (as container runtimes
  * give them): name, major, minor. */
@@ -105,7 +117,17 @@ static void say(const char *fmt, ...) {
 }
 
 static void die(const char *step) {
-    say("corral-sandbox: could not start the task: %s: %s", step, strerror(errno));
+    int cause = errno;
+    say("corral-sandbox: could not start the task: %s: %s", step, strerror(cause));
+    if (err_fd >= 0) {
+        /* The helper records this line in the exit file, which only root can write: the
+         * reason is never taken from the task's own output, which the task controls. */
+        char line[512];
+        int n = snprintf(line, sizeof line, "%s: %s", step, strerror(cause));
+        if (n > 0 && write(err_fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
+            /* the helper is gone: nothing more to tell */
+        }
+    }
     _exit(FAILED_TO_START);
 }
 
@@ -127,6 +149,7 @@ static void parse(int argc, char **argv) {
         else if (strcmp(flag, "--log") == 0) log_file = value;
         else if (strcmp(flag, "--workdir") == 0) workdir = value;
         else if (strcmp(flag, "--uid") == 0) uid = strtol(value, NULL, 10);
+        else if (strcmp(flag, "--env-fd") == 0) env_fd = (int)strtol(value, NULL, 10);
         else if (strcmp(flag, "--gid") == 0) gid = strtol(value, NULL, 10);
         else if (strcmp(flag, "--cgroup-procs") == 0) add(cgroups, &n_cgroups, value);
         else if (strcmp(flag, "--hide") == 0) add(hidden, &n_hidden, value);
@@ -136,11 +159,12 @@ static void parse(int argc, char **argv) {
         else { errno = EINVAL; die(flag); }
     }
     command = argv + i;
-    if (!pid_file || !exit_file || !log_file || !workdir || uid <= 0 || gid <= 0 || !command[0]) {
+    if (!pid_file || !exit_file || !log_file || !workdir || uid <= 0 || gid <= 0 || !command[0]
+        || command[0][0] != '/') {
         errno = EINVAL;
-        die("usage: corral-sandbox --pid-file F --exit-file F --log F --workdir D --uid N --gid N "
+        die("usage: corral-sandbox --pid-file F --exit-file F --log F --workdir D --uid N --gid N [--env-fd N] "
             "[--cgroup-procs F]... [--hide D]... [--device F]... [--writable D]... [--readable D]... [--nodev] "
-            "-- COMMAND...");
+            "-- /ABSOLUTE/COMMAND ARGS...");
     }
 }
 
@@ -291,20 +315,106 @@ static void drop_privileges(void) {
     }
 }
 
+/* The task's environment: NUL-separated NAME=value pairs from --env-fd (a memfd the
+ * agent wrote). The helper itself runs with an empty environment, so nothing a job
+ * sets (LD_PRELOAD, GLIBC_TUNABLES...) reaches a process that runs as root. */
+static void read_task_env(void) {
+    static char *none[] = {NULL};
+    task_env = none;
+    if (env_fd < 0) return;
+    char *buf = malloc(MAX_ENV_BYTES + 1);
+    if (!buf) die("reading the task's environment");
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = pread(env_fd, buf + len, MAX_ENV_BYTES - len, (off_t)len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) die("reading the task's environment");
+        if (n == 0) break;
+        len += (size_t)n;
+        if (len == MAX_ENV_BYTES) { errno = E2BIG; die("reading the task's environment"); }
+    }
+    close(env_fd);
+    buf[len] = 0;
+    size_t count = 0;
+    for (size_t i = 0; i < len; i++) count += buf[i] == 0;
+    char **env = calloc(count + 2, sizeof *env);
+    if (!env) die("reading the task's environment");
+    size_t k = 0;
+    for (size_t i = 0; i < len;) {
+        env[k++] = buf + i;
+        i += strlen(buf + i) + 1;
+    }
+    env[k] = NULL;
+    task_env = env;
+}
+
+/* A seccomp filter for everything the task runs: no kernel keyrings (a uid's keyring
+ * outlives its task, and uids are reused), no new user namespaces (unshare, clone with
+ * CLONE_NEWUSER; clone3 says ENOSYS so the C library falls back to clone), no bpf,
+ * userfaultfd or io_uring (large kernel surfaces a training job does not need). Calls
+ * of another architecture's ABI (32-bit, x32) are refused whole: their numbers differ. */
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#define FOREIGN_SYSCALL_BIT 0x40000000 /* x32 */
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#define FOREIGN_SYSCALL_BIT 0
+#endif
+
+#define DENY(nr, error) \
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (error))
+
+static void confine_syscalls(void) {
+#ifdef NATIVE_ARCH
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#if FOREIGN_SYSCALL_BIT
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, FOREIGN_SYSCALL_BIT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+#endif
+        DENY(__NR_add_key, EPERM),
+        DENY(__NR_request_key, EPERM),
+        DENY(__NR_keyctl, EPERM),
+        DENY(__NR_unshare, EPERM),
+        DENY(__NR_bpf, EPERM),
+        DENY(__NR_userfaultfd, EPERM),
+        DENY(__NR_io_uring_setup, EPERM),
+        DENY(__NR_io_uring_enter, EPERM),
+        DENY(__NR_io_uring_register, EPERM),
+        DENY(__NR_clone3, ENOSYS),
+        /* clone: refused only when its flags (first argument) ask for a user namespace */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) < 0) die("installing the seccomp filter");
+#endif
+}
+
 static void run_main(int out_fd) {
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd < 0) die("/dev/null");
     if (dup2(null_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0) die("dup2");
-    if (syscall(SYS_close_range, 3, ~0U, 0) < 0) die("closing inherited file descriptors");
-    log_fd = 2; /* from here on a failure is said on the task's own output */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Only 0, 1, 2 reach the task; the error pipe is close-on-exec, kept until then. */
+    if ((err_fd > 3 && syscall(SYS_close_range, 3, err_fd - 1, 0) < 0)
+        || syscall(SYS_close_range, err_fd + 1, ~0U, 0) < 0)
+        die("closing inherited file descriptors");
+    log_fd = 2; /* from here on a failure is said on the task's own output too */
     for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
     drop_privileges();
+    confine_syscalls();
     if (chdir(workdir) < 0) die(workdir);
     umask(022);
-    execvp(command[0], command);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* a stop sent meanwhile arrives now */
+    execve(command[0], command, task_env);
     die(command[0]);
 }
 
@@ -315,11 +425,22 @@ static void forward(int sig) {
     kill(-1, sig);
 }
 
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, 0};
+
+static void stop_signal_set(sigset_t *set) {
+    sigemptyset(set);
+    for (int i = 0; stop_signals[i]; i++) sigaddset(set, stop_signals[i]);
+}
+
 static void run_init(int out_fd, int go_fd, int status_fd) {
+    /* The stop signals stay blocked (as the helper blocked them) until MAIN exists: one
+     * sent while the task starts waits, then reaches every process of the task. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* the helper gone, nothing records the end: go too */
     char go;
     /* The helper writes our pid into the task's cgroups, then says go. */
     if (read(go_fd, &go, 1) != 1) _exit(FAILED_TO_START);
     close(go_fd);
+    read_task_env();
     make_mounts();
     pid_t main_pid = fork();
     if (main_pid < 0) die("fork");
@@ -328,12 +449,16 @@ static void run_init(int out_fd, int go_fd, int status_fd) {
         run_main(out_fd);
     }
     close(out_fd);
-    close(log_fd); /* nothing more to say: the task's output reaches the log through the helper */
+    close(err_fd); /* MAIN holds its own copy until it execs the task */
+    err_fd = -1;
+    close(log_fd); /* the task's output reaches the log through the helper */
     log_fd = -1;
     struct sigaction action = {0};
     action.sa_handler = forward;
-    int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, 0};
-    for (int i = 0; forwarded[i]; i++) sigaction(forwarded[i], &action, NULL);
+    for (int i = 0; stop_signals[i]; i++) sigaction(stop_signals[i], &action, NULL);
+    sigset_t stops;
+    stop_signal_set(&stops);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL);
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, 0);
@@ -356,38 +481,75 @@ static void relay(int sig) {
     if (init_pid > 0) kill(init_pid, sig);
 }
 
-static void copy_output(int out_fd) {
-    char buf[65536];
-    for (;;) {
-        ssize_t n = read(out_fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;
-        for (ssize_t done = 0; done < n;) {
-            ssize_t w = write(log_fd, buf + done, n - done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) break; /* a full disk loses output, never the task */
-            done += w;
-        }
+static void write_all(const char *buf, ssize_t n) {
+    for (ssize_t done = 0; done < n;) {
+        ssize_t w = write(log_fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return; /* a full disk loses output, never the task */
+        done += w;
     }
 }
 
+/* Copy the task's output into its log until INIT has exited. Not until the pipe's end
+ * of file: a task can pass its stdout to a process outside its sandbox (over a Unix
+ * socket), and that process would then decide when the task ends. Once INIT is gone
+ * (and the kernel has killed what was left in the task's pid namespace), what is
+ * already in the pipe is read, and no more. */
+static void copy_output(int out_fd, pid_t init) {
+    char buf[65536];
+    int pidfd = (int)syscall(SYS_pidfd_open, init, 0); /* Linux 5.3+; else look every 100 ms */
+    struct pollfd fds[2] = {{out_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    int open_out = 1;
+    for (;;) {
+        fds[0].fd = open_out ? out_fd : -1; /* (poll skips a negative fd) */
+        if (poll(fds, 2, pidfd >= 0 ? -1 : 100) < 0 && errno != EINTR) break;
+        if (open_out && fds[0].revents) {
+            ssize_t n = read(out_fd, buf, sizeof buf);
+            if (n > 0) {
+                write_all(buf, n);
+                continue;
+            }
+            if (n == 0 || errno != EINTR) open_out = 0; /* end of file: all let go of it */
+        }
+        siginfo_t info = {0};
+        int exited = pidfd >= 0 ? fds[1].revents != 0
+                                : waitid(P_PID, (id_t)init, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid;
+        if (exited) break;
+    }
+    if (open_out) {
+        fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
+        for (int rounds = 0; rounds < 16; rounds++) { /* what is in the pipe: at most 1 MiB */
+            ssize_t n = read(out_fd, buf, sizeof buf);
+            if (n <= 0) break;
+            write_all(buf, n);
+        }
+    }
+    if (pidfd >= 0) close(pidfd);
+}
+
 int main(int argc, char **argv) {
+    /* A stop sent from now until INIT can pass it on waits (blocked), rather than being
+     * lost or killing the helper before it has recorded anything. */
+    sigset_t stops;
+    stop_signal_set(&stops);
+    sigprocmask(SIG_BLOCK, &stops, NULL);
     parse(argc, argv);
-    char text[32];
+    char text[600];
     snprintf(text, sizeof text, "%d\n", getpid());
     write_file(pid_file, text, O_CREAT | O_TRUNC);
     unlink(exit_file);
     log_fd = open(log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (log_fd < 0) die(log_file);
 
-    int out[2], go[2], status[2];
-    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) die("pipe");
+    int out[2], go[2], status[2], err[2];
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0
+        || pipe2(err, O_CLOEXEC) < 0)
+        die("pipe");
     if (unshare(CLONE_NEWPID | CLONE_NEWIPC) < 0) die("unshare(pid and IPC namespaces)");
 
     struct sigaction action = {0};
     action.sa_handler = relay;
-    int relayed[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, 0};
-    for (int i = 0; relayed[i]; i++) sigaction(relayed[i], &action, NULL);
+    for (int i = 0; stop_signals[i]; i++) sigaction(stop_signals[i], &action, NULL);
 
     init_pid = fork();
     if (init_pid < 0) die("fork");
@@ -395,19 +557,26 @@ int main(int argc, char **argv) {
         close(out[0]);
         close(go[1]);
         close(status[0]);
+        close(err[0]);
+        err_fd = err[1];
         run_init(out[1], go[0], status[1]);
     }
     close(out[1]);
     close(go[0]);
     close(status[1]);
+    close(err[1]);
+    if (env_fd >= 0) close(env_fd);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL); /* init_pid is known: stops are relayed now */
     snprintf(text, sizeof text, "%d", init_pid);
     for (int i = 0; i < n_cgroups; i++) {
         int fd = open(cgroups[i], O_WRONLY | O_CLOEXEC);
         if (fd < 0 || write(fd, text, strlen(text)) < 0) {
-            say("corral-sandbox: could not start the task: joining %s: %s", cgroups[i], strerror(errno));
+            int cause = errno;
+            say("corral-sandbox: could not start the task: joining %s: %s", cgroups[i], strerror(cause));
             kill(init_pid, SIGKILL);
             waitpid(init_pid, NULL, 0);
-            write_file(exit_file, "125\n", O_CREAT | O_TRUNC);
+            snprintf(text, sizeof text, "125\njoining %s: %s\n", cgroups[i], strerror(cause));
+            write_file(exit_file, text, O_CREAT | O_TRUNC);
             return FAILED_TO_START;
         }
         close(fd);
@@ -415,7 +584,7 @@ int main(int argc, char **argv) {
     if (write(go[1], "g", 1) != 1) die("starting the task");
     close(go[1]);
 
-    copy_output(out[0]);
+    copy_output(out[0], init_pid);
     int init_status, task_status;
     while (waitpid(init_pid, &init_status, 0) < 0) {
         if (errno != EINTR) die("waitpid");
@@ -423,13 +592,18 @@ int main(int argc, char **argv) {
     ssize_t got = read(status[0], &task_status, sizeof task_status);
     /* No status from INIT: it was killed itself (the cgroup killed, or failed to start). */
     int final = got == sizeof task_status ? task_status : init_status;
+    char failure[512] = "";
+    if (!WIFSIGNALED(final) && WEXITSTATUS(final) == FAILED_TO_START) {
+        ssize_t n = read(err[0], failure, sizeof failure - 1); /* INIT's or MAIN's step, if one failed */
+        failure[n > 0 ? n : 0] = 0;
+    }
     int code;
     if (WIFSIGNALED(final)) {
         snprintf(text, sizeof text, "-%d\n", WTERMSIG(final));
         code = 128 + WTERMSIG(final);
     } else {
         code = WEXITSTATUS(final);
-        snprintf(text, sizeof text, "%d\n", code);
+        snprintf(text, sizeof text, failure[0] ? "%d\n%s\n" : "%d\n", code, failure);
     }
     write_file(exit_file, text, O_CREAT | O_TRUNC);
     return code;

@@ -185,6 +185,12 @@ class Sandbox:
             cgroup.kill()
         return cgroup.remove()
 
+    def forget_attempt(self, attempt_id: str) -> None:
+        """``forget`` for an attempt found by its cgroup alone (the sweep's)."""
+        for job_id, attempts in list(self._jobs.items()):
+            if attempt_id in attempts:
+                self.forget(job_id, attempt_id)
+
     def take_down_if_empty(self, attempt_id: str) -> bool:
         """Remove the task's cgroup if no process is left in it (two reads, no wait)."""
         cgroup = self.tree.existing(attempt_id)
@@ -304,4 +310,8 @@ def _try_helper(helper: Path) -> None:
             with contextlib.suppress(OSError):
                 said = log.read_text().strip()
             said = said or done.stderr.decode(errors="replace").strip()
-            raise SandboxProblem(f"the task sandbox does not work on this machine: {said or done.returncode}")
+            raise SandboxProblem(
+                f"the task sandbox does not work on this machine: {said or done.returncode}. It needs "
+                "root with CAP_SYS_ADMIN (in a container: a privileged one, or one whose seccomp "
+                "profile allows unshare and mount), and Linux 5.12 or newer (mount_setattr)"
+            )
