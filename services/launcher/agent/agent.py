@@ -267,6 +267,8 @@ class NodeAgent:
             command=task_role.command,
         )
         task.cgroup = launch.cgroup
+        if launch.cpus.note:
+            log.info("attempt %s on cores %s: %s", task.attempt_id, launch.cpus.cpuset, launch.cpus.note)
         own = {k: v for k, v in launch.env.items() if not (k == "OMP_NUM_THREADS" and k in task_role.env)}
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
         task.files.pid_file.parent.mkdir(parents=True, exist_ok=True)
