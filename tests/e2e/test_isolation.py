@@ -24,8 +24,8 @@ import pytest
 from corral.local.ports import free_port
 from tests.e2e.stack import HOLD, Stack, corral, submit_spec, wait_state
 from tests.infra import world_readable_tempdir
+from tests.launcher.sandboxes import DYNAMIC_UIDS
 
-DYNAMIC_UIDS = (2130706432, 2130771967)  # the default CORRAL_AGENT_UID_RANGE
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs a root agent")
 
 

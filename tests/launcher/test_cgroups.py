@@ -7,7 +7,6 @@ import shutil
 import signal
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +27,8 @@ from services.launcher.agent.sandbox.sandbox import (
     needed_mounts,
     open_sandbox,
 )
-from shared.jobs import Resources
 from tests.launcher.sandbox_trees import cgroup_v2_group, cgroup_v2_root
+from tests.launcher.sandboxes import DYNAMIC_UIDS, prepare_task, sandbox_for_tests
 
 LIMITS = Limits(
     memory_bytes=256 * 2**20, cpus=1.5, cpuset_cpus="2-3", cpuset_mems="1", pids_max=64, devices=("c 195:0",)
@@ -106,40 +105,18 @@ def fake_gpus() -> Iterator[Path]:
 def sandbox(tmp_path: Path, fake_gpus: Path) -> Iterator[Sandbox]:
     if os.geteuid() != 0:
         pytest.skip("real cgroups and namespaces need root")
-    config = SandboxConfig(
-        node_id=f"test-{uuid.uuid4().hex[:8]}",
-        hidden=(),
-        claims_dir=tmp_path / "claims",
-        uid_range=(2130706432, 2130771967),
-        run_as="dynamic",
-        pids_max=32,
-        device_root=fake_gpus,
-    )
-    opened = open_sandbox(config)
+    opened = sandbox_for_tests(tmp_path, pids_max=32, device_root=fake_gpus)
     yield opened
     opened.close()
 
 
-def _run(sandbox: Sandbox, tmp_path: Path, command: str, *, gpus: list[int], cpus: float = 1) -> str:
+def _run(sandbox: Sandbox, tmp_path: Path, command: str, *, gpus: list[int]) -> str:
     """One task through the sandbox, as the agent starts it; its output."""
-    attempt = f"att-{uuid.uuid4().hex[:12]}"
-    work = tmp_path / "work" / attempt
-    launch = sandbox.prepare(
-        attempt_id=attempt,
-        job_id=f"job-{attempt}",
-        username="alice",
-        resources=Resources(cpus=cpus, memory_mb=128),
-        gpu_indices=gpus,
-        workdir=work,
-        log_path=tmp_path / f"{attempt}.log",
-        pid_file=tmp_path / f"{attempt}.pid",
-        exit_file=tmp_path / f"{attempt}.exit",
-        command=command,
-    )
-    helper = spawn_sandboxed(launch.argv, {"PATH": "/usr/bin:/bin", **launch.env})
-    assert helper.wait(60) == 0, (tmp_path / f"{attempt}.log").read_text()
-    assert sandbox.finish(attempt, f"job-{attempt}")
-    return (tmp_path / f"{attempt}.log").read_text()
+    task = prepare_task(sandbox, tmp_path, command, gpus=gpus)
+    helper = spawn_sandboxed(task.launch.argv, {"PATH": "/usr/bin:/bin", **task.launch.env})
+    assert helper.wait(60) == 0, task.log.read_text()
+    assert sandbox.finish(task.attempt_id, task.job_id)
+    return task.log.read_text()
 
 
 @root_only
@@ -193,19 +170,8 @@ def _cmdline(pid: int) -> bytes:
 
 @root_only
 def test_a_cgroup_kill_reaches_a_daemonised_grandchild(sandbox: Sandbox, tmp_path: Path) -> None:
-    attempt = f"att-{uuid.uuid4().hex[:12]}"
-    launch = sandbox.prepare(
-        attempt_id=attempt,
-        job_id=f"job-{attempt}",
-        username="alice",
-        resources=Resources(cpus=1, memory_mb=64),
-        gpu_indices=[],
-        workdir=tmp_path / "work",
-        log_path=tmp_path / "log",
-        pid_file=tmp_path / "pid",
-        exit_file=tmp_path / "exit",
-        command="setsid sh -c 'sleep 5678' & sleep 600",
-    )
+    task = prepare_task(sandbox, tmp_path, "setsid sh -c 'sleep 5678' & sleep 600", memory_mb=64)
+    launch = task.launch
     helper = spawn_sandboxed(launch.argv, {"PATH": "/usr/bin:/bin"})
     try:
         deadline = time.monotonic() + 10
@@ -221,8 +187,8 @@ def test_a_cgroup_kill_reaches_a_daemonised_grandchild(sandbox: Sandbox, tmp_pat
         members = launch.cgroup.processes()
         launch.cgroup.kill()
         assert helper.wait(10) == 128 + signal.SIGKILL
-        assert (tmp_path / "exit").read_text() == "-9\n"
-        assert sandbox.finish(attempt, f"job-{attempt}")
+        assert task.files.exit_file.read_text() == "-9\n"
+        assert sandbox.finish(task.attempt_id, task.job_id)
         assert not any(Path(f"/proc/{p}").exists() for p in members)
     finally:
         helper.kill()
@@ -248,7 +214,7 @@ def test_a_non_root_agent_is_told_it_cannot_sandbox(monkeypatch: pytest.MonkeyPa
         node_id="laptop",
         hidden=(),
         claims_dir=tmp_path,
-        uid_range=(2130706432, 2130771967),
+        uid_range=DYNAMIC_UIDS,
         run_as="dynamic",
         pids_max=64,
     )

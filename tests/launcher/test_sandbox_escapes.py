@@ -25,24 +25,15 @@ from pathlib import Path
 import pytest
 
 from services.launcher.agent.processes import Exit, TaskFiles, spawn_sandboxed
-from services.launcher.agent.sandbox.sandbox import Launch, Sandbox, SandboxConfig, open_sandbox
-from shared.jobs import Resources
+from services.launcher.agent.sandbox.sandbox import Launch, Sandbox
+from tests.launcher.sandboxes import prepare_task, sandbox_for_tests
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
 
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    opened = open_sandbox(
-        SandboxConfig(
-            node_id=f"escapes-{uuid.uuid4().hex[:8]}",
-            hidden=(),
-            claims_dir=tmp_path / "claims",
-            uid_range=(2130706432, 2130771967),
-            run_as="dynamic",
-            pids_max=64,
-        )
-    )
+    opened = sandbox_for_tests(tmp_path)
     yield opened
     opened.close()
 
@@ -57,22 +48,8 @@ def outside() -> Iterator[Path]:
 
 
 def _launch(sandbox: Sandbox, tmp_path: Path, command: str) -> tuple[Launch, TaskFiles, str]:
-    attempt = f"att-{uuid.uuid4().hex[:12]}"
-    files = TaskFiles.for_attempt(tmp_path / "state", attempt)
-    files.pid_file.parent.mkdir(exist_ok=True)
-    launch = sandbox.prepare(
-        attempt_id=attempt,
-        job_id=f"job-{attempt}",
-        username="mallory",
-        resources=Resources(cpus=1, memory_mb=256),
-        gpu_indices=[],
-        workdir=tmp_path / "work" / attempt,
-        log_path=tmp_path / f"{attempt}.log",
-        pid_file=files.pid_file,
-        exit_file=files.exit_file,
-        command=command,
-    )
-    return launch, files, attempt
+    task = prepare_task(sandbox, tmp_path, command, memory_mb=256)
+    return task.launch, task.files, task.attempt_id
 
 
 def _run(sandbox: Sandbox, tmp_path: Path, command: str, env: dict[str, str] | None = None) -> str:
