@@ -202,10 +202,11 @@ def test_only_the_mounts_a_task_needs(tmp_path: Path) -> None:
     home = Path("/srv/corral-home")
     hidden, readable = needed_mounts(
         [home, home / "logs", Path("/dev/shm/corral-1/local"), Path("/root"), Path("/tmp/x")],
-        [Path("/root/.pyenv"), private / "python", open_dir],
+        [Path("/root/.pyenv"), private / "python", open_dir, Path("/tmp")],
     )
     assert hidden == (home, Path("/root"))  # its logs are inside it; /dev and /tmp are new anyway
-    assert readable == (Path("/root/.pyenv"), private / "python")  # not /usr/share: anyone reaches it
+    # Not /usr/share: anyone reaches it. /tmp's content: only as the task's new /tmp would.
+    assert readable == (Path("/root/.pyenv"), private / "python", Path("/tmp"))
 
 
 def test_a_non_root_agent_is_told_it_cannot_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

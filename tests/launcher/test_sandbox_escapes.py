@@ -171,3 +171,19 @@ def test_only_the_helper_says_the_sandbox_failed(sandbox: Sandbox, tmp_path: Pat
     assert str(tmp_path / "work" / attempt) in recorded.reason
     assert recorded.reason.startswith("could not start the task: ")
     assert sandbox.finish(attempt, f"job-{attempt}")
+
+
+def test_a_readable_checkout_in_a_private_directory_under_tmp(tmp_path: Path) -> None:
+    """A checkout (a clone in a private temporary directory) named readable is there,
+    read-only, though /tmp is the task's own and its parent is closed to others."""
+    checkout = tmp_path / "private" / "corral checkout"
+    checkout.mkdir(parents=True)
+    (tmp_path / "private").chmod(0o700)
+    (checkout / "train.py").write_text("print('from the checkout')\n")
+    opened = sandbox_for_tests(tmp_path, readable=(checkout,))
+    try:
+        said = _run(opened, tmp_path, f"cat '{checkout}/train.py'; touch '{checkout}/x' 2>&1 | head -1")
+    finally:
+        opened.close()
+    assert "print('from the checkout')" in said, said
+    assert "Read-only file system" in said, said

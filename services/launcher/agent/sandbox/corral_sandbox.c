@@ -262,14 +262,15 @@ static void make_mounts(void) {
 
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) die("/proc");
     hide_all(NULL);
+    tmpfs("/tmp", "mode=1777");
+    if (access("/var/tmp", F_OK) == 0) tmpfs("/var/tmp", "mode=1777");
     /* Readable paths come back (read-only) even inside a hidden one (an interpreter in
-     * root's home), and whatever hidden path lies inside one of them is hidden again. */
+     * root's home) or under the new /tmp (a checkout there), and whatever hidden path
+     * lies inside one of them is hidden again. */
     for (int i = 0; i < n_readable; i++) {
         attach(readable_tree[i], readable[i], 1);
         hide_all(readable[i]);
     }
-    tmpfs("/tmp", "mode=1777");
-    if (access("/var/tmp", F_OK) == 0) tmpfs("/var/tmp", "mode=1777");
 
     /* Device nodes are made, not bound: cheaper, and the task, which may not mknod,
      * cannot add any (the tmpfs is root's, mode 0755). */

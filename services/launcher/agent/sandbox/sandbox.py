@@ -232,7 +232,8 @@ def needed_mounts(hidden: list[Path], readable: list[Path]) -> tuple[tuple[Path,
     """The hidden and readable paths that each need a mount of their own (each one is a
     mount per task): a hidden path inside another, or inside what every sandbox
     replaces, is hidden already; a readable path is mounted only where a task could not
-    reach it anyway (a hidden parent, a parent others may not enter)."""
+    reach it otherwise (inside a hidden path or what every sandbox replaces, or below a
+    directory others may not enter)."""
     unique = list(dict.fromkeys(hidden))
     kept_hidden = [
         path
@@ -240,10 +241,11 @@ def needed_mounts(hidden: list[Path], readable: list[Path]) -> tuple[tuple[Path,
         if not any(path.is_relative_to(c) for c in PRIVATE_IN_EVERY_SANDBOX)
         and not any(path != other and path.is_relative_to(other) for other in unique)
     ]
+    gone = [*kept_hidden, *PRIVATE_IN_EVERY_SANDBOX]
     kept_readable = [
         path
         for path in dict.fromkeys(readable)
-        if any(path.is_relative_to(h) for h in kept_hidden) or not _others_may_reach(path)
+        if any(path.is_relative_to(g) for g in gone) or not _others_may_reach(path)
     ]
     return tuple(kept_hidden), tuple(kept_readable)
 
