@@ -234,19 +234,6 @@ async def test_limits_hold_memory_processes_and_cores(
     async with Stack(tmp_path / "home", env).running() as stack, stack.client() as http:
         oom = await submit_spec(http, _spec(f"python3 -c {shlex.quote(greedy)}", memory_mb=64))
         bomb = await submit_spec(http, _spec(f"python3 -c {shlex.quote(forks)}"))
-        pinned = [
-            await submit_spec(
-                http,
-                _spec(
-                    "grep -E '^(Cpus|Mems)_allowed_list' /proc/self/status; echo omp=$OMP_NUM_THREADS; "
-                    + HOLD,
-                    name=f"pinned-{i}",
-                    cpus=1,
-                ),
-            )
-            for i in range(2)
-        ]
-
         failed = await wait_state(http, oom, {"SUCCEEDED", "FAILED"})
         assert failed["state"] == "FAILED", failed
         attempt = failed["attempts"][0]
@@ -259,6 +246,20 @@ async def test_limits_hold_memory_processes_and_cores(
         assert bombed["state"] == "SUCCEEDED"
         assert 0 < forked < 64, forked
         assert not _task_processes("time.sleep(60)"), "its children outlived the task"
+
+        # Submitted once the others have ended: both cores are free for them.
+        pinned = [
+            await submit_spec(
+                http,
+                _spec(
+                    "grep -E '^(Cpus|Mems)_allowed_list' /proc/self/status; echo omp=$OMP_NUM_THREADS; "
+                    + HOLD,
+                    name=f"pinned-{i}",
+                    cpus=1,
+                ),
+            )
+            for i in range(2)
+        ]
 
         cores = []
         for job_id in pinned:

@@ -10,97 +10,40 @@ one statement: a report for an attempt this agent no longer holds changes nothin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
-import subprocess
-from collections.abc import Container, Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from services.launcher.agent import sandboxed
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.processes import (
     Exit,
     TaskFiles,
     is_same_process_alive,
-    kill_group,
     kill_orphans,
     process_start_ticks,
     spawn,
-    spawn_sandboxed,
     task_pid_from_file,
     wait_adopted,
     wait_spawned,
 )
-from services.launcher.agent.sandbox.cgroups import TaskCgroup
 from services.launcher.agent.sandbox.identities import IdentityProblem
 from services.launcher.agent.sandbox.sandbox import Sandbox
+from services.launcher.agent.tasks import LiveOrWatched, Task
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
 from services.launcher.reporting import peers_of, report_end, report_started
 from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
-from shared.jobs import ExitRule, JobSpec, TaskRole
+from shared.jobs import JobSpec
 from shared.logs import bound_job
 from shared.telemetry import span_in_job_trace
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
-# The sandbox helper's exit status when it could not start a task (the exit file says why).
-SANDBOX_FAILED = 125
-
-
-@dataclass
-class Task:
-    """What the agent knows about one attempt it handles."""
-
-    attempt_id: str
-    job_id: str = ""
-    generation: int = 0
-    files: TaskFiles | None = None
-    log_path: Path | None = None
-    rules: tuple[ExitRule, ...] = ()
-    pid: int | None = None
-    ended: bool = False
-    stop_reason: str | None = None  # set once a stop was asked for
-    platform: str | None = None  # a condition the agent itself caused (max runtime)
-    fenced: bool = False  # the platform gave up on it: kill it, never report it
-    signalled: bool = False  # SIGTERM sent (a stop is signalled once, whoever asks)
-    cgroup: TaskCgroup | None = None  # sandboxed: every process of the task
-    memory_mb: int = 0
-
-    def kill(self) -> None:
-        """SIGKILL every process of the task: its cgroup when sandboxed (a grandchild
-        that left the process group included), else the wrapper's process group."""
-        if self.cgroup is not None:
-            self.cgroup.kill()
-        elif self.pid is not None:
-            kill_group(self.pid, signal.SIGKILL)
-
-    def terminate(self) -> None:
-        """Ask the task to stop: SIGTERM to every process of it. Sandboxed, the helper
-        relays it to the task's pid-1, which sends it to every process of the task."""
-        if self.pid is None:
-            return
-        if self.cgroup is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
-        else:
-            kill_group(self.pid, signal.SIGTERM)
-
-
-@dataclass(frozen=True)
-class _LiveOrWatched:
-    """Attempts live in the database (as read) or handled by this agent (as of now)."""
-
-    live: set[str]
-    watched: dict[str, Task]
-
-    def __contains__(self, attempt_id: object) -> bool:
-        return attempt_id in self.live or attempt_id in self.watched
 
 
 class NodeAgent:
@@ -230,7 +173,9 @@ class NodeAgent:
                 proc = await spawn(task_role.command, env, task.log_path, task.files, cwd)
             else:
                 try:
-                    proc = self._spawn_sandboxed(task, row, env, cwd, task_role)
+                    proc = sandboxed.start(
+                        self._sandbox, task, row["username"], list(row["gpu_indices"]), env, cwd, task_role
+                    )
                 except BaseException:
                     await self._finish_sandbox(task)  # its cgroup and uid claim, if made
                     raise
@@ -248,50 +193,9 @@ class NodeAgent:
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
         return True
 
-    def _spawn_sandboxed(
-        self, task: Task, row: dict[str, Any], env: dict[str, str], cwd: Path, task_role: TaskRole
-    ) -> subprocess.Popen[bytes]:
-        assert self._sandbox is not None
-        assert task.files is not None
-        assert task.log_path is not None
-        launch = self._sandbox.prepare(
-            attempt_id=task.attempt_id,
-            job_id=task.job_id,
-            username=row["username"],
-            resources=task_role.resources,
-            gpu_indices=list(row["gpu_indices"]),
-            workdir=cwd,
-            log_path=task.log_path,
-            pid_file=task.files.pid_file,
-            exit_file=task.files.exit_file,
-            command=task_role.command,
-        )
-        task.cgroup = launch.cgroup
-        if launch.cpus.note:
-            log.info("attempt %s on cores %s: %s", task.attempt_id, launch.cpus.cpuset, launch.cpus.note)
-        own = {k: v for k, v in launch.env.items() if not (k == "OMP_NUM_THREADS" and k in task_role.env)}
-        task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        task.files.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        return spawn_sandboxed(launch.argv, {**env, **own})
-
     async def _finish_sandbox(self, task: Task) -> None:
-        """Kill what is left of a sandboxed task, remove its cgroup, release its uid."""
-        if self._sandbox is None:
-            return
-        # Usually nothing is left (the task's processes went with its pid 1): the cgroup
-        # goes at once, here. Processes left take a kill and a wait: in a thread.
-        if not self._sandbox.take_down_if_empty(task.attempt_id):
-            for _ in range(200):  # its last processes take a moment to be gone after a kill
-                if await asyncio.to_thread(self._sandbox.take_down, task.attempt_id):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                # Its uid stays claimed: no other job may get it while these processes live.
-                log.warning(
-                    "the cgroup of attempt %s still has processes; left for the sweep", task.attempt_id
-                )
-                return
-        self._sandbox.forget(task.job_id, task.attempt_id)
+        if self._sandbox is not None:
+            await sandboxed.take_down(self._sandbox, task)
 
     async def _report_started(self, task: Task, ticks: int | None, log_path: str | None) -> bool:
         """Record the process (RUNNING) and say so; False if the attempt is no longer ours."""
@@ -324,7 +228,7 @@ class NodeAgent:
                         )
                 outcome = await wait
                 task.ended = True
-                outcome = self._with_sandbox_verdict(task, outcome)
+                outcome = sandboxed.verdict(task, outcome)
                 await self._report_until_recorded(task, outcome)
                 await self._finish_sandbox(task)
                 if task.files is not None:
@@ -335,20 +239,6 @@ class NodeAgent:
         self._tg.create_task(watch(), name=f"watch-{task.attempt_id}")
         if task.stop_reason is not None:  # asked to stop while it was starting
             self.stop(task.attempt_id, task.stop_reason, self._grace_s)
-
-    def _with_sandbox_verdict(self, task: Task, outcome: Exit) -> Exit:
-        """Say what the sandbox saw: a task whose cgroup met the kernel's OOM killer
-        failed for its memory limit; one the helper could not start says which step."""
-        if task.cgroup is None or outcome.exit_code == 0:
-            return outcome
-        if task.cgroup.oom_kills() > 0:
-            task.platform = task.platform or "oom_killed"
-            return Exit(outcome.exit_code, outcome.signal, f"exceeded its {task.memory_mb} MiB memory limit")
-        if outcome.exit_code == SANDBOX_FAILED and outcome.reason:
-            # Said by the helper in the exit file, which only root writes (never taken
-            # from the task's output: a task could print anything and exit 125).
-            task.platform = task.platform or "sandbox_failed"
-        return outcome
 
     def stop(self, attempt_id: str, reason: str, grace_s: float, *, platform: str | None = None) -> None:
         """SIGTERM the task's process group now, SIGKILL it after ``grace_s``.
@@ -471,31 +361,14 @@ class NodeAgent:
         # What to keep is asked at the moment of each kill, not frozen now: a task that
         # starts while the sweep runs (in its thread) is in ``_tasks`` before it has a
         # pid file or a cgroup, so the sweep never takes it for an orphan.
-        keep = _LiveOrWatched(live, self._tasks)
+        keep = LiveOrWatched(live, self._tasks)
         await asyncio.to_thread(kill_orphans, self._state_dir, keep)
         if self._sandbox is not None:
-            removed = await asyncio.to_thread(self._kill_orphaned_sandboxes, self._sandbox, keep)
+            removed = await asyncio.to_thread(sandboxed.kill_orphans, self._sandbox, keep)
             # (here, not in the thread: starts claim uids too)
             for attempt_id in removed:
                 self._sandbox.forget_attempt(attempt_id)
             self._sandbox.release_unused()
-
-    @staticmethod
-    def _kill_orphaned_sandboxes(sandbox: Sandbox, keep: Container[str]) -> list[str]:
-        """Kill the tasks left in cgroups of this node for attempts that are no longer
-        live (an earlier agent's, or ones whose processes outlived their end): found by
-        their cgroups, whatever their processes did. Returns those whose cgroups went."""
-        removed = []
-        for attempt_id in sandbox.orphans(keep):
-            cgroup = sandbox.cgroup_of(attempt_id)
-            if cgroup is None:
-                continue
-            if cgroup.processes():
-                log.warning("killing the processes of attempt %s, which is no longer live", attempt_id)
-                cgroup.kill()
-            if cgroup.remove():  # (one with processes still exiting goes at the next sweep)
-                removed.append(attempt_id)
-        return removed
 
     async def _settle_unwatched(
         self, task: Task, state: str, pid: int | None, ticks: int | None, spec: JobSpec
@@ -519,7 +392,7 @@ class NodeAgent:
             task.cgroup.kill()
         recorded = task.files.read_exit()
         if recorded is not None:
-            await self.report_exit(task, self._with_sandbox_verdict(task, recorded))
+            await self.report_exit(task, sandboxed.verdict(task, recorded))
         else:
             reason = "the node agent restarted and the task's process was gone"
             await self.report_exit(task, Exit(None, None, reason), lost=True)
