@@ -86,7 +86,7 @@ async def _job_failures(stack: BenchStack, receiver: Receiver, jobs: int) -> lis
 async def _node_down(stack: BenchStack, receiver: Receiver) -> float:
     env = {
         **os.environ,
-        "CORRAL_NATS_URL": stack.nats_url(),
+        **stack.nats_env(),
         "CORRAL_EXPORTER_NODE_ID": "bench-doomed",
         "CORRAL_HEALTH_PORT": str(free_port()),
         "CORRAL_TELEMETRY_LOG_LEVEL": "WARNING",

@@ -40,6 +40,10 @@ from services.monitor.exporter.simulated import SimulatedGpus
 from shared.events import NodeTelemetry
 from shared.events.nodes import NodeTelemetryData
 
+# The heartbeat publisher subprocess reads the stack's NATS URL (with the admin's
+# credentials) from here.
+PUBLISHER_URL = "BENCH_MONITOR_NATS_URL"
+
 TICKS = os.sysconf("SC_CLK_TCK")
 READ_EVERY_S = 0.5  # the monitor's counter, over the measuring window
 
@@ -116,18 +120,17 @@ async def measure(stack: BenchStack, nodes: int, hz: float, seconds: float, quie
     await asyncio.sleep(quiet_s)
     exporter_cpu = 100.0 * (_cpu_seconds(exporter) - cpu0) / (time.monotonic() - t0)
 
-    nats_url = stack.nats_url()
     async with httpx.AsyncClient() as http:
         publisher = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "bench.monitor",
             "--publisher",
-            nats_url,
             str(nodes),
             str(hz),
             str(seconds),
             stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, PUBLISHER_URL: stack.nats_url()},  # (credentials: not in argv)
         )
         at_start = await _ingested(http, ports["monitor"])
         # Warm-up: the first heartbeat of each node registers it (one-off); measure after.
@@ -178,8 +181,8 @@ async def measure(stack: BenchStack, nodes: int, hz: float, seconds: float, quie
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--publisher":
-        url, nodes, hz, seconds = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
-        print(json.dumps(asyncio.run(_publish(url, nodes, hz, seconds))), flush=True)
+        nodes, hz, seconds = int(argv[1]), float(argv[2]), float(argv[3])
+        print(json.dumps(asyncio.run(_publish(os.environ[PUBLISHER_URL], nodes, hz, seconds))), flush=True)
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.monitor", description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)

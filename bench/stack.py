@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from corral.local.ports import child_output, free_port
+from shared.bus.identities import ADMIN
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -68,7 +69,18 @@ class BenchStack:
         return LocalPostgres(self.home / "postgres", pg_port).url()
 
     def nats_url(self) -> str:
-        return f"nats://127.0.0.1:{self._nats_port}"
+        """The stack's NATS as its admin (it admits only known users): for the benchmark's
+        own publishers and readers, which pass it on in the environment, never in argv."""
+        password = (self.home / "credentials" / f"nats-{ADMIN}.password").read_text().strip()
+        return f"nats://{ADMIN}:{password}@127.0.0.1:{self._nats_port}"
+
+    def nats_env(self) -> dict[str, str]:
+        """Settings that connect a Corral process (a bench's extra exporter) as the admin."""
+        return {
+            "CORRAL_NATS_URL": f"nats://127.0.0.1:{self._nats_port}",
+            "CORRAL_NATS_USER": ADMIN,
+            "CORRAL_NATS_PASSWORD_FILE": str(self.home / "credentials" / f"nats-{ADMIN}.password"),
+        }
 
     def postmaster_pid(self) -> int:
         postmaster = next((self.home / "postgres").rglob("postmaster.pid"))

@@ -5,7 +5,8 @@
 ``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``). Every other command
 talks to the API through the SDK (``corral.sdk``): ``login``, ``submit``, ``jobs``,
 ``show``, ``logs``, ``cancel``, ``why``, ``vcs``/``vc``, ``nodes``/``node``, ``gpus``,
-``drain``/``undrain``, ``services``, ``alerts``, ``ack``/``resolve``,
+``drain``/``undrain``, ``join-token``, ``join``, ``remove-node``, ``bus-credentials``,
+``services``, ``alerts``, ``ack``/``resolve``,
 ``silences``/``silence``/``unsilence``, ``alert-rules``, ``webhooks``/``webhook``,
 ``events``, ``whoami``, ``tokens``/``token``, ``users``/``user``, ``groups``/``group``.
 ``corral --help`` and ``corral COMMAND --help`` say more.
@@ -25,14 +26,15 @@ from typing import Annotated
 
 import typer
 
-from corral.commands import alerts, events, jobs, login, nodes, tenants, vcs, webhooks
+from corral.commands import alerts, events, jobs, login, membership, nodes, tenants, vcs, webhooks
 from corral.commands.errors import INTERRUPTED, UsageProblem, exit_code, message
 from corral.commands.session import Options
+from corral.local.node_home import apply_node_env
 from corral.local.problems import StartupProblem
 from corral.local.supervisor import SERVICES, StackConfig, Supervisor
 from corral.sdk import CorralError
 
-API_COMMANDS = (login, jobs, vcs, nodes, alerts, webhooks, events, tenants)
+API_COMMANDS = (login, jobs, vcs, nodes, membership, alerts, webhooks, events, tenants)
 
 
 def _service(module: str) -> Callable[[], None]:
@@ -68,6 +70,7 @@ def build() -> typer.Typer:
     def up() -> None:
         """Run Corral on this machine (private NATS + Postgres)."""
         try:
+            apply_node_env()  # a node's home (corral join): its settings
             code = Supervisor(StackConfig.from_environment()).run()
         except StartupProblem as problem:  # the step, the cause and the fix; no traceback
             print(f"corral up: {problem}", file=sys.stderr)

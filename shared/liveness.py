@@ -42,11 +42,9 @@ class Liveness:
         try:
             while True:
                 try:
-                    await self._db.execute(
-                        BEAT, self.instance_id, self.service, socket.gethostname(), os.getpid()
-                    )
+                    await self.beat()
                     if not pruned:
-                        await self._db.execute(PRUNE)
+                        await self.prune()
                         pruned = True
                 except DATABASE_ERRORS as exc:
                     log.warning("liveness beat failed (%s); again in %.0fs", exc, self.interval_s)
@@ -54,8 +52,19 @@ class Liveness:
         finally:
             await self._goodbye()
 
+    # The statements, apart: a node agent, which may not touch the table, runs its own
+    # (services/launcher/agent/repository.py).
+    async def beat(self) -> None:
+        await self._db.execute(BEAT, self.instance_id, self.service, socket.gethostname(), os.getpid())
+
+    async def prune(self) -> None:
+        await self._db.execute(PRUNE)
+
+    async def forget(self) -> None:
+        await self._db.execute(GONE, self.instance_id)
+
     async def _goodbye(self) -> None:
         try:
-            await asyncio.wait_for(self._db.execute(GONE, self.instance_id), timeout=2.0)
+            await asyncio.wait_for(self.forget(), timeout=2.0)
         except DATABASE_ERRORS as exc:  # (TimeoutError is an OSError)
             log.info("could not remove this instance's liveness row (%s): it will age out", exc)

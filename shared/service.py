@@ -8,7 +8,10 @@ A service's composition root (``services/<name>/app.py``) does::
             tg.create_task(my_loop(res))        # the service's own loops
 
 ``service_resources`` builds telemetry, the Postgres pool (running migrations), the NATS
-bus (ensuring streams) and the dead-letter sink, and closes them in reverse order.
+bus (ensuring streams) and the dead-letter sink, and closes them in reverse order. A node
+agent, whose database role may touch no table (README, "Security model"), brings its own
+liveness and dead letters and runs no outbox relay: the functions it calls write its
+events' rows, and the launcher's relay publishes them.
 ``run_service`` turns SIGTERM/SIGINT into a clean cancellation (exit 0) and a root task
 that dies into exit status 1, so the supervisor restarts the process. There are no
 untracked tasks: everything runs under the one TaskGroup.
@@ -27,7 +30,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import uvicorn
@@ -38,6 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from shared.aio import raise_if_cancelling
+from shared.bus.consumer import DeadLetterSink
 from shared.bus.nats import NatsBus
 from shared.db.migrations import apply_migrations
 from shared.db.pool import DATABASE_ERRORS, Database, connect
@@ -139,23 +143,35 @@ class ServiceResources:
     settings: CommonSettings
     db: Database
     bus: NatsBus
-    dead_letters: PostgresDeadLetters
-    relay: OutboxRelay
+    dead_letters: DeadLetterSink
+    relay: OutboxRelay | None  # None: this process relays no outbox (a node agent)
     health: Health
     liveness: Liveness
 
     def start_common_tasks(self, tg: asyncio.TaskGroup) -> None:
         tg.create_task(serve_health(self.health, self.settings.health), name="health")
-        tg.create_task(self.relay.run(), name="outbox-relay")
+        if self.relay is not None:
+            tg.create_task(self.relay.run(), name="outbox-relay")
         tg.create_task(self.liveness.run(), name="liveness")
+
+
+LivenessFactory = Callable[[Database, str, float], Liveness]
+DeadLettersFactory = Callable[[Database], DeadLetterSink]
 
 
 @asynccontextmanager
 async def service_resources(
-    name: str, settings: CommonSettings, *, event_source: str | None = None
+    name: str,
+    settings: CommonSettings,
+    *,
+    event_source: str | None = None,
+    relay: bool = True,
+    liveness: LivenessFactory = Liveness,
+    dead_letters: DeadLettersFactory = PostgresDeadLetters,
 ) -> AsyncIterator[ServiceResources]:
     """Open everything a service needs; ``event_source`` is the ``source`` of its events
-    (default ``corral/<name>``), which picks the NOTIFY channel its outbox relay hears."""
+    (default ``corral/<name>``), which picks the NOTIFY channel its outbox relay hears.
+    ``relay=False``, ``liveness`` and ``dead_letters``: a node agent's (module doc)."""
     provider = setup_telemetry(name, settings.telemetry)
     async with AsyncExitStack() as stack:
         stack.callback(shutdown_telemetry, provider)
@@ -171,19 +187,19 @@ async def service_resources(
             return bus.nc.is_connected
 
         health = Health(name, {"postgres": db.ping, "nats": nats_connected})
-        relay = OutboxRelay(db, bus, source=event_source or f"corral/{name}")
+        outbox = OutboxRelay(db, bus, source=event_source or f"corral/{name}") if relay else None
         # What this process commits, its relay publishes at once (shared/outbox/), once
         # it runs (``start_common_tasks``): the tasks started in this block see it.
-        with publishing_on_commit(relay):
+        with publishing_on_commit(outbox) if outbox is not None else nullcontext():
             yield ServiceResources(
                 name=name,
                 settings=settings,
                 db=db,
                 bus=bus,
-                dead_letters=PostgresDeadLetters(db),
-                relay=relay,
+                dead_letters=dead_letters(db),
+                relay=outbox,
                 health=health,
-                liveness=Liveness(db, name, settings.health.liveness_interval_s),
+                liveness=liveness(db, name, settings.health.liveness_interval_s),
             )
         log.info("%s shutting down", name)
 

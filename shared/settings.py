@@ -18,6 +18,10 @@ class DatabaseSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_DATABASE_", extra="ignore")
 
     url: str = "postgresql://corral@127.0.0.1:5433/corral"
+    # A file holding the password of the URL's user (0600; read at each new connection,
+    # so a rotated password is picked up): no password in the URL, the environment or
+    # argv. ``make up`` writes one per service ($CORRAL_HOME/credentials/postgres-<name>).
+    password_file: Path | None = None
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=8, ge=1)
     # Migrations are idempotent and serialised by an advisory lock, so every service may
@@ -34,6 +38,13 @@ class NatsSettings(BaseSettings):
     stream_replicas: int = Field(default=1, ge=1, le=5)
     # How long JetStream remembers a Nats-Msg-Id to drop duplicate publishes.
     duplicate_window_s: float = Field(default=120.0, gt=0)
+    # This process's bus identity (shared/bus/identities.py): its user, and a file
+    # holding its password (0600, read at each connection attempt, so a rotated password
+    # is picked up). No user: connect without credentials (a server with auth refuses).
+    user: str = ""
+    password_file: Path | None = None
+    # The CA that signed the server's certificate: TLS (also implied by a tls:// URL).
+    ca_file: Path | None = None
 
 
 class TelemetrySettings(BaseSettings):

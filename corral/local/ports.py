@@ -65,10 +65,12 @@ def child_output(log_file: Path | None) -> Iterator[IO[bytes] | int]:
         yield handle
 
 
-def wait_until_listening(process: subprocess.Popen[bytes], port: int, timeout_s: float, name: str) -> None:
+def wait_until_listening(
+    process: subprocess.Popen[bytes], port: int, timeout_s: float, name: str, host: str = "127.0.0.1"
+) -> None:
     """Wait for a server we just started to listen on ``port``; fail fast if it died."""
     deadline = time.monotonic() + timeout_s
-    while not port_open(port):
+    while not port_open(port, host):
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited with {process.returncode} at start (see its log)")
         if time.monotonic() > deadline:

@@ -1,8 +1,10 @@
 """A private Postgres cluster: ``initdb`` once, then ``postgres`` as a child process.
 
 The binaries are Corral's own by default (``pg_install``). The cluster uses password
-authentication (the password is kept in ``<dir>/password``, mode 0600) and listens on
-loopback only, and on a Unix socket.
+authentication (SCRAM, for socket and TCP connections alike; the owner's password is
+kept in ``<dir>/password``, mode 0600) and listens on loopback only, and on a Unix
+socket. The services log in as roles of their own, with passwords of their own
+(``logins.py``); the owner's is for migrations, tools and tests.
 
 **Who runs it.** Postgres refuses to run as root. When we are root, the cluster belongs
 to an unprivileged account, ``corral-postgres`` (created as a system account when
@@ -95,21 +97,23 @@ class LocalPostgres:
         fits = len(str(directory / f".s.PGSQL.{self.port}")) <= _MAX_SOCKET_PATH
         return directory if fits else None
 
-    def url(self, database: str | None = None) -> str:
-        return (
-            f"postgresql://{self.superuser}:{self.password}@127.0.0.1:{self.port}/{database or self.database}"
-        )
+    def url(self, database: str | None = None, *, user: str | None = None) -> str:
+        """As the owner, with its password; as ``user``, without one (it comes from a file)."""
+        return f"postgresql://{self._login(user)}@127.0.0.1:{self.port}/{database or self.database}"
 
-    def local_url(self, database: str | None = None) -> str:
+    def local_url(self, database: str | None = None, *, user: str | None = None) -> str:
         """The URL for clients on this machine: through the Unix socket where there is
         one (see the module's docstring), else ``url``."""
         socket_dir = self.socket_dir
         if socket_dir is None:
-            return self.url(database)
+            return self.url(database, user=user)
         return (
-            f"postgresql://{self.superuser}:{self.password}@/{database or self.database}"
+            f"postgresql://{self._login(user)}@/{database or self.database}"
             f"?host={quote(str(socket_dir), safe='/')}&port={self.port}"
         )
+
+    def _login(self, user: str | None) -> str:
+        return f"{self.superuser}:{self.password}" if user is None else user
 
     def _owner(self) -> tuple[int, int] | None:
         """(uid, gid) to run the cluster as when we are root; None runs it as ourselves."""

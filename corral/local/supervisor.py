@@ -1,12 +1,13 @@
 """The supervisor behind ``make up``: private servers, every service, restarts, Ctrl-C.
 
 Start order: Postgres and NATS (unless ``CORRAL_DATABASE_URL`` / ``CORRAL_NATS_URL``
-name existing ones), then every service as its own ``python -m`` process with its output
-in ``$CORRAL_HOME/logs/services/<name>.log`` and its pid in ``$CORRAL_HOME/run/``. A
-service that exits is restarted with a growing delay (reset once it stays up). SIGINT
-or SIGTERM stops the services (SIGTERM, then SIGKILL after a grace period), then the
-servers. All state lives in ``$CORRAL_HOME``, so the next ``make up`` finds every job
-where it was left.
+name existing ones; on the stack's own Postgres, the migrations and each service's login
+and each node's secret: ``logins.py``), then every service as its own ``python -m``
+process with its output in ``$CORRAL_HOME/logs/services/<name>.log`` and its pid in
+``$CORRAL_HOME/run/``. A service that exits is restarted with a growing delay (reset
+once it stays up). SIGINT or SIGTERM stops the services (SIGTERM, then SIGKILL after a
+grace period), then the servers. All state lives in ``$CORRAL_HOME``, so the next
+``make up`` finds every job where it was left.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from corral.local.nats import LocalNats
+from corral.local.logins import StackLogins, prepare_logins
 from corral.local.ports import check_port_free, free_ports
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
+from corral.local.stack_nats import StackNats
+from shared.bus.identities import node_user
 
 # (name, module). The exporter and agent together are "the node" on this machine.
 NODE_SERVICES = frozenset({"exporter", "agent"})
@@ -62,6 +65,9 @@ class StackConfig:
     nats_url: str | None = None
     pg_port: int = 5433
     nats_port: int = 4222
+    # Where the stack's own NATS listens: beyond loopback (other machines' nodes), it
+    # speaks only TLS.
+    nats_host: str = "127.0.0.1"
     simulated_gpus: int = 8
     node_id: str = "local"
     # More than one: that many simulated nodes on this machine (an exporter and an agent
@@ -81,6 +87,7 @@ class StackConfig:
             nats_url=env.get("CORRAL_NATS_URL") or None,
             pg_port=_port(env, "CORRAL_PG_PORT", 5433),
             nats_port=_port(env, "CORRAL_NATS_PORT", 4222),
+            nats_host=env.get("CORRAL_NATS_HOST") or "127.0.0.1",
             simulated_gpus=_whole_number(env, "CORRAL_SIMULATED_GPUS", 8, 0, 64),
             node_id=env.get("CORRAL_NODE_ID", "local"),
             simulated_nodes=_whole_number(env, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES),
@@ -177,7 +184,8 @@ class Supervisor:
         self.config = config
         self.out = out
         self.postgres: LocalPostgres | None = None
-        self.nats: LocalNats | None = None
+        self.nats: StackNats | None = None
+        self.logins: StackLogins | None = None
         self.processes: list[ManagedProcess] = []
         self._stopping = False
 
@@ -189,19 +197,55 @@ class Supervisor:
         if database_url is None:
             self.postgres = LocalPostgres(home / "postgres", self.config.pg_port)
             self.postgres.start(log_file=home / "logs" / "postgres.log")
-            database_url = self.postgres.local_url()
+            database_url = self.postgres.local_url()  # the owner's: the supervisor's alone
+            self.logins = prepare_logins(self.postgres, home, self.config.services, self.config.node_ids())
         nats_url = self.config.nats_url
         if nats_url is None:
             check_port_free(self.config.nats_port, "NATS", "CORRAL_NATS_PORT")
-            self.nats = LocalNats(home / "nats", self.config.nats_port)
+            services = [name for name, _ in SERVICES if name not in NODE_SERVICES]
+            self.nats = StackNats(
+                home, self.config.nats_port, self.config.nats_host, services, self.config.node_ids()
+            )
             try:
                 self.nats.start(log_file=home / "logs" / "nats.log")
             except (OSError, RuntimeError) as exc:
                 raise StartupProblem(
                     "NATS", str(exc), f"see its log, {home / 'logs' / 'nats.log'}; or set CORRAL_NATS_URL"
                 ) from exc
+            self.nats.follow_minted(database_url)
             nats_url = self.nats.url
         return database_url, nats_url
+
+    def nats_env(self, service: str, node_id: str) -> dict[str, str]:
+        """Who the process connects to NATS as: its own identity on the stack's NATS; on
+        an external NATS, whatever the environment says (the operator's credentials)."""
+        if self.nats is None:
+            return {}
+        return self.nats.env_for(node_user(node_id) if service in NODE_SERVICES else service)
+
+    def database_env(self, service: str, node_id: str) -> dict[str, str]:
+        """Who the process connects to Postgres as: its own role on the stack's Postgres;
+        on an external one, as ``CORRAL_DATABASE_URL`` says (the operator's logins)."""
+        if self.logins is None:
+            return {}
+        return self.logins.env_for(service, node_id)
+
+    def join_env(self) -> dict[str, str]:
+        """What the API tells a machine that joins as a node (node_join.py): this stack's
+        bus and database, when it runs both (else it admits none). An operator's own
+        ``CORRAL_API_JOIN_*`` (the address other machines reach) wins."""
+        if self.nats is None or self.logins is None or "agent" not in self.logins.urls:
+            return {}
+        env = {
+            "CORRAL_API_JOIN_NATS_URL": self.nats.url,
+            "CORRAL_API_JOIN_DATABASE_URL": self.logins.urls["agent"],
+            "CORRAL_API_JOIN_AGENT_PASSWORD_FILE": self.logins.env_for("agent", "")[
+                "CORRAL_DATABASE_PASSWORD_FILE"
+            ],
+        }
+        if self.nats.ca_file is not None:
+            env["CORRAL_API_JOIN_NATS_CA_FILE"] = str(self.nats.ca_file)
+        return {key: value for key, value in env.items() if key not in os.environ}
 
     # --- services --------------------------------------------------------------------
 
@@ -231,6 +275,8 @@ class Supervisor:
             "CORRAL_HOME": str(self.config.home),
             "CORRAL_DATABASE_URL": database_url,
             "CORRAL_NATS_URL": nats_url,
+            **self.nats_env(name, node_id),
+            **self.database_env(name, node_id),
             "CORRAL_API_PORT": str(self.config.api_port),
             "CORRAL_HEALTH_PORT": str(health_port),
             "CORRAL_AGENT_NODE_ID": node_id,
@@ -245,6 +291,9 @@ class Supervisor:
             env["CORRAL_AGENT_WORK_DIR"] = str(self.config.home / "work" / node_id)
         if name == "api":
             del env["CORRAL_HEALTH_PORT"]
+            env.update(self.join_env())
+        if name == "exporter":
+            del env["CORRAL_DATABASE_URL"]  # it has no use for the database
         return env
 
     def planned(self) -> list[tuple[str, str, str, str | None]]:

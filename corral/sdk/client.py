@@ -32,6 +32,7 @@ from corral.sdk.models import (
     AlertActionAccepted,
     AlertDetail,
     AlertRules,
+    BusCredentials,
     Delivery,
     Detail,
     DrainAccepted,
@@ -42,9 +43,12 @@ from corral.sdk.models import (
     Group,
     Job,
     JobPage,
+    Joined,
+    JoinToken,
     Matcher,
     Node,
     NodeDetail,
+    NodeRemoved,
     Pending,
     RedeliveryAccepted,
     SecretRotated,
@@ -243,6 +247,25 @@ class Client:
 
     def undrain(self, node_id: str, reason: str = "") -> DrainAccepted:
         return self._run(op.drain(node_id, reason, False))
+
+    def create_join_token(self, ttl_s: int = 3600) -> JoinToken:
+        """A one-time token with which a machine joins as a node (admin)."""
+        return self._run(op.create_join_token(ttl_s))
+
+    def join(self, token: str, node_id: str) -> Joined:
+        """Join this machine as node ``node_id`` with a join token (no bearer token needed)."""
+        return self._run(op.join(token, node_id))
+
+    def remove_node(self, node_id: str) -> NodeRemoved:
+        """Revoke a node's credentials (admin); its tasks end as a lost node's."""
+        return self._run(op.remove_node(node_id))
+
+    def mint_bus_credentials(self, name: str, streams: Sequence[str]) -> BusCredentials:
+        """Read-only NATS credentials for an integrator (admin)."""
+        return self._run(op.mint_bus_credentials(name, streams))
+
+    def revoke_bus_credentials(self, name: str) -> None:
+        self._run(op.revoke_bus_credentials(name))
 
     def list_services(self) -> list[ServiceInstance]:
         return self._run(op.list_services())

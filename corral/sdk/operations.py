@@ -28,6 +28,7 @@ from corral.sdk.models import (
     AlertActionAccepted,
     AlertDetail,
     AlertRules,
+    BusCredentials,
     Delivery,
     Detail,
     DrainAccepted,
@@ -37,9 +38,12 @@ from corral.sdk.models import (
     Group,
     Job,
     JobPage,
+    Joined,
+    JoinToken,
     Matcher,
     Node,
     NodeDetail,
+    NodeRemoved,
     RedeliveryAccepted,
     SecretRotated,
     ServiceInstance,
@@ -189,6 +193,28 @@ def drain(node_id: str, reason: str, on: bool) -> Call[DrainAccepted]:
     verb = "drain" if on else "undrain"
     path = f"/api/v1/nodes/{_seg(node_id)}/{verb}"
     return Call("POST", path, _one(DrainAccepted), body={"reason": reason}, idempotent=True)
+
+
+def create_join_token(ttl_s: int) -> Call[JoinToken]:
+    return Call("POST", "/api/v1/nodes/join-tokens", _one(JoinToken), body={"ttl_s": ttl_s})
+
+
+def join(token: str, node_id: str) -> Call[Joined]:
+    # Never sent twice: the token is good once, and a retry would find it spent.
+    return Call("POST", "/api/v1/nodes/join", _one(Joined), body={"token": token, "node_id": node_id})
+
+
+def remove_node(node_id: str) -> Call[NodeRemoved]:
+    return Call("DELETE", f"/api/v1/nodes/{_seg(node_id)}", _one(NodeRemoved), idempotent=True)
+
+
+def mint_bus_credentials(name: str, streams: Sequence[str]) -> Call[BusCredentials]:
+    path = f"/api/v1/integrations/{_seg(name)}/bus-credentials"
+    return Call("PUT", path, _one(BusCredentials), body={"streams": list(streams)})
+
+
+def revoke_bus_credentials(name: str) -> Call[None]:
+    return Call("DELETE", f"/api/v1/integrations/{_seg(name)}/bus-credentials", _nothing, idempotent=True)
 
 
 def list_services() -> Call[list[ServiceInstance]]:

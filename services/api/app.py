@@ -20,6 +20,7 @@ from services.api.deps import AskScheduler
 from services.api.event_hub import EventHub
 from services.api.event_scope import Scopes
 from services.api.integrations import run_integrations
+from services.api.logs import AskNode
 from services.api.problems import install_problem_handlers
 from services.api.rate_limit import RateLimit
 from services.api.repository import ApiRepository
@@ -29,6 +30,7 @@ from services.api.routes_audit import router as audit_router
 from services.api.routes_events import router as events_router
 from services.api.routes_groups import router as groups_router
 from services.api.routes_jobs import router as jobs_router
+from services.api.routes_node_join import router as node_join_router
 from services.api.routes_nodes import router as nodes_router
 from services.api.routes_services import router as services_router
 from services.api.routes_silences import router as silences_router
@@ -54,10 +56,12 @@ def create_app(
     settings: Settings,
     ask_scheduler: AskScheduler | None = None,
     event_hub: EventHub | None = None,
+    ask_node: AskNode | None = None,
 ) -> FastAPI:
     """``ask_scheduler`` sends a dry-run question to the scheduler and returns its answer
     (core NATS request/reply in the service; without it, dry runs answer 503);
-    ``event_hub`` feeds ``GET /api/v1/events`` (without it, 503)."""
+    ``event_hub`` feeds ``GET /api/v1/events`` (without it, 503); ``ask_node`` asks a
+    node for a piece of a task's log (``logs.py``; without it, logs answer 503)."""
     app = FastAPI(
         title="Corral API",
         version="1",
@@ -69,6 +73,7 @@ def create_app(
     app.state.token_cache = TokenCache()
     app.state.ask_scheduler = ask_scheduler
     app.state.event_hub = event_hub
+    app.state.ask_node = ask_node
     app.state.api_settings = settings.api
     app.state.webhook_wake = asyncio.Event()  # set when a delivery is queued by hand
     app.state.webhooks_added = asyncio.Event()  # set when a webhook is created here
@@ -86,6 +91,7 @@ def create_app(
     app.add_middleware(HttpMetrics)
     install_problem_handlers(app)
     app.include_router(jobs_router)
+    app.include_router(node_join_router)
     app.include_router(nodes_router)
     app.include_router(alerts_router)
     app.include_router(silences_router)
@@ -131,13 +137,17 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
     async def ask_scheduler(question: bytes) -> bytes:
         return await res.bus.request(DRY_RUN_SUBJECT, question, timeout_s)
 
+    async def ask_node(subject: str, question: bytes) -> bytes:
+        return await res.bus.request(subject, question, settings.api.node_logs_timeout_s)
+
     hub = EventHub(res.bus.js, Scopes(res.db), settings.api.sse_queue_limit, settings.api.sse_tail_idle_s)
-    app = create_app(repo, res.health, settings, ask_scheduler, hub)
+    app = create_app(repo, res.health, settings, ask_scheduler, hub, ask_node)
     # The app's routes, models and schemas live as long as the process: frozen, no full
     # collection walks them again (a 40 ms pause every ~600 submits): shared/gc_tuning.py.
     tune_garbage_collector()
     async with asyncio.TaskGroup() as tg:
-        tg.create_task(res.relay.run(), name="outbox-relay")
+        if res.relay is not None:
+            tg.create_task(res.relay.run(), name="outbox-relay")
         tg.create_task(res.liveness.run(), name="liveness")
         tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
         retention_s = settings.api.audit_retention_days * 86400

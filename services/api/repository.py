@@ -250,6 +250,10 @@ class ApiRepository:
         state = await self.db.fetchrow(SQL.attempt_state, attempt_id)
         return str(state["state"]) if state else None
 
+    async def node_last_heard(self, node_id: str) -> dict[str, Any] | None:
+        row = await self.db.fetchrow(SQL.node_last_heard, node_id)
+        return dict(row) if row else None
+
     async def upsert_token(self, token_id: str, name: str, sha256: str, role: str, username: str) -> None:
         """A token made outside the API (the bootstrap admin's; tests'): its user gets
         ``role`` and the token every scope that role may hold, without expiry."""

@@ -9,9 +9,7 @@ groups lost access to: the jobs are theirs, and they may still want to cancel th
 
 from __future__ import annotations
 
-import asyncio
 import re
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -27,7 +25,7 @@ from services.api.idempotency import REPLAYED_HEADER, IdempotencyKey, check_key
 from services.api.job_events import MAX_JOB_EVENTS, JobEvents, job_history
 from services.api.job_input import OPENAPI_BODY, SubmittedJob, read_job
 from services.api.job_pages import MAX_TAGS, TAG_PATTERN, JobCursor, Tags
-from services.api.logs import follow_log
+from services.api.logs import AskNode, AttemptLog
 from services.api.repository import ApiRepository
 from services.api.views import AttemptList, AttemptView, DryRunView, JobList, JobView
 from shared.dry_run import DryRunAnswer, DryRunRequest
@@ -182,7 +180,10 @@ async def cancel_job(job_id: str, request: Request, principal: AuthenticatedPrin
     "/{job_id}/logs",
     operation_id="getJobLogs",
     response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={
+        200: {"content": {"text/plain": {}}},
+        503: {"description": "the node that ran the task is not answering (since when: the detail)"},
+    },
 )
 async def get_logs(
     job_id: str,
@@ -195,7 +196,9 @@ async def get_logs(
     """stdout and stderr of one task attempt (default: the first task, latest attempt).
 
     With ``follow=true`` the response streams: what the log holds now, then whatever the
-    task writes, until the attempt has ended and everything it wrote was sent."""
+    task writes, until the attempt has ended and everything it wrote was sent. The log is
+    asked of the node that ran the task: a node that does not answer is a 503 saying since
+    when (while following, the stream ends with a line saying so)."""
     repo = repository(request)
     job = await _visible_job(repo, job_id, principal)
     spec = JobSpec.model_validate(job["spec"])
@@ -212,11 +215,14 @@ async def get_logs(
     if row is None or not row["log_path"]:
         which = f"attempt {attempt} of " if attempt else ""
         raise NotFound(f"no logs yet for {which}task {role}-{index} of job {job_id}; it has not started")
+    ask: AskNode | None = request.app.state.ask_node
+    if ask is None:
+        raise TransientError("this API serves no task logs (no message bus to ask nodes); try again later")
+    log = AttemptLog(ask, repo, row, patience_s=request.app.state.api_settings.node_logs_timeout_s)
     if follow:
-        return StreamingResponse(
-            follow_log(repo, row["id"], Path(row["log_path"])), media_type="text/plain; charset=utf-8"
-        )
-    text = await asyncio.to_thread(_read_tail, Path(row["log_path"]), MAX_LOG_BYTES)
+        await log.check_followable()
+        return StreamingResponse(log.follow(), media_type="text/plain; charset=utf-8")
+    text = (await log.tail(MAX_LOG_BYTES)).decode("utf-8", errors="replace")
     return PlainTextResponse(text)
 
 
@@ -225,17 +231,6 @@ def _task_names(spec: JobSpec) -> str:
     return ", ".join(
         f"{t.name}-0" if t.instances == 1 else f"{t.name}-0 … {t.name}-{t.instances - 1}" for t in spec.tasks
     )
-
-
-def _read_tail(path: Path, limit: int) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            return handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise NotFound(f"the log file of this attempt is gone ({path.name})") from None
 
 
 @router.post(

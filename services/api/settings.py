@@ -20,6 +20,17 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     # How long a dry run waits for the scheduler's answer before a 503.
     dry_run_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # How long a request for a piece of a task's log waits for the node's answer before a
+    # 503 (a node nobody answers for fails at once); a followed log waits this long for a
+    # node that stopped answering before its stream ends saying so (logs.py).
+    node_logs_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # What a machine joining as a node is told (routes_node_join.py): where the bus is
+    # (and the CA of its certificate), and the node agents' database login and password.
+    # Unset: this API admits no nodes (make up sets them).
+    join_nats_url: str = ""
+    join_nats_ca_file: Path | None = None
+    join_database_url: str = ""
+    join_agent_password_file: Path | None = None
     # SSE (GET /api/v1/events): a comment this often on an idle stream, and how many
     # events one subscriber may have queued before it must catch up from JetStream.
     sse_keepalive_s: float = Field(default=15.0, gt=0, le=300)

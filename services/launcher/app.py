@@ -1,4 +1,5 @@
-"""Composition root of the launcher service: its consumer and its reconcile loop; with
+"""Composition root of the launcher service: its consumer, the decisions of jobs whose
+attempts ended on a node (``attempt_ends.py``) and its reconcile loop; with
 ``CORRAL_LAUNCHER_DRIVER=kubernetes``, also the Kubernetes runner (the node agents' part,
 played through Pods: ``kubernetes/runner.py``)."""
 
@@ -10,10 +11,13 @@ from contextlib import AsyncExitStack
 from functools import partial
 
 from services.launcher import repository
+from services.launcher.attempt_ends import AttemptEnds
 from services.launcher.handlers import CONSUMER, LauncherHandlers
 from services.launcher.kubernetes.driver import KubernetesDriver, cluster_configuration
 from services.launcher.kubernetes.runner import KubernetesRunner
+from services.launcher.log_retention import SWEEP_EVERY_S, LogRetention
 from services.launcher.settings import Settings
+from services.launcher.task_logs import LogServer, answer_for_nodes
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
@@ -40,7 +44,7 @@ async def serve(settings: Settings) -> None:
             runner = KubernetesRunner(
                 res.db,
                 driver,
-                log_dir=settings.log_dir,  # shared with the API (deploy/k8s/base/logs.yaml)
+                log_dir=settings.log_dir,  # its own: it answers for these logs (run_on_kubernetes)
                 node_pattern=settings.kubernetes.node_pattern,
                 stop_grace_s=settings.agent.stop_grace_s,
             )
@@ -53,6 +57,8 @@ async def serve(settings: Settings) -> None:
                 run_consumer(res.bus, ConsumerSpec(CONSUMER, handlers.handle), res.dead_letters),
                 name="consumer",
             )
+            ends = AttemptEnds(res.db, concurrency=settings.launcher.decide_concurrency)
+            tg.create_task(ends.run(), name="attempt-ends")
             tg.create_task(
                 every(FORGET_EVERY_S, partial(forget_processed, res.db), "processed events upkeep"),
                 name="processed-events",
@@ -77,9 +83,15 @@ KUBERNETES_ASSIGNMENTS = ConsumerConfig(
 def run_on_kubernetes(
     tg: asyncio.TaskGroup, res: ServiceResources, runner: KubernetesRunner, settings: Settings
 ) -> None:
-    """Play the node agents' part for the cluster's nodes: tasks become Pods."""
+    """Play the node agents' part for the cluster's nodes: tasks become Pods, and their
+    logs are answered for on each node's ``corral.logs.<node>``, as an agent would."""
     lease_s = settings.agent.lease_s
     tg.create_task(every(lease_s / 3, lambda: runner.hold_leases(lease_s), "node leases"), name="leases")
+    retention_hours = settings.agent.log_retention_hours
+    logs = LogServer(settings.log_dir, retention_hours)
+    tg.create_task(answer_for_nodes(res.bus, logs, runner.epochs.keys, lease_s / 3), name="pod-logs")
+    retention = LogRetention(res.db, settings.log_dir, retention_hours)
+    tg.create_task(every(SWEEP_EVERY_S, retention.sweep, "log retention"), name="log-retention")
     spec = ConsumerSpec(KUBERNETES_ASSIGNMENTS, runner.handle)
     tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name="kubernetes-assignments")
     tg.create_task(runner.follow(), name="pod-watch")

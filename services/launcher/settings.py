@@ -28,15 +28,26 @@ class LauncherSettings(BaseSettings):
     # "kubernetes": the launcher runs them as Pods (services/launcher/kubernetes/runner.py,
     # CORRAL_KUBERNETES_* settings; in-cluster credentials, else KUBECONFIG).
     driver: Literal["local", "kubernetes"] = "local"
+    # How many jobs whose attempt ended on a node the launcher decides at once
+    # (attempt_ends.py); each holds a pooled connection while it decides.
+    decide_concurrency: int = Field(default=4, ge=1)
 
 
 class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_AGENT_", extra="ignore")
 
     node_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    # The node's secret, which the database checks before the agent may act for the node
+    # (shared/db/credentials.py): a file only the agent's user may read (0600). Never in
+    # the environment or argv, and never passed to a task. None: the agent connects as
+    # the database's owner (tests, tools), which needs no secret.
+    node_secret_file: Path | None = None
     # Per-attempt logs, and the pid/exit files that let a restarted agent re-adopt tasks.
     # Default: $CORRAL_HOME/logs, and a directory in shared memory (``Settings.state_dir``).
     log_dir: Path | None = None
+    # How long a task's log is kept on its node once its attempt has ended (the node's
+    # disk is its only copy; log_retention.py). 0: for ever. The Kubernetes runner's too.
+    log_retention_hours: float = Field(default=168.0, ge=0)
     state_dir: Path | None = None
     # Where jobs' working directories are made (default: $CORRAL_HOME/work). Simulated
     # nodes sharing one home get one each: a job's tasks on two nodes run as two uids.

@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 
 async def serve(settings: Settings) -> None:
     async with service_resources("scheduler", settings.common) as res:
-        leadership = Leadership(settings.common.database.url, settings.scheduler.leader_retry_s)
+        database = settings.common.database
+        leadership = Leadership(
+            database.url, settings.scheduler.leader_retry_s, password_file=database.password_file
+        )
         scheduler = settings.scheduler
         cycle = Cycle(
             leadership,

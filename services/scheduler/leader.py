@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import asyncpg
 
 from shared.aio import raise_if_cancelling
-from shared.db.pool import DATABASE_ERRORS, Connection, init_connection
+from shared.db.pool import DATABASE_ERRORS, Connection, init_connection, password_from
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,9 @@ LEADER_LOCK = 0x0C0A_5C4D  # "the scheduler leader" among Corral's advisory lock
 
 
 class Leadership:
-    def __init__(self, database_url: str, retry_s: float) -> None:
+    def __init__(self, database_url: str, retry_s: float, *, password_file: Path | None = None) -> None:
         self._url = database_url
+        self._password = password_from(password_file)
         self._retry_s = retry_s
         self.conn: Connection | None = None
         self.acquired = asyncio.Event()
@@ -52,7 +54,7 @@ class Leadership:
     async def _campaign(self) -> None:
         self.acquired.clear()
         try:
-            conn: Connection = await asyncpg.connect(self._url, timeout=10)
+            conn: Connection = await asyncpg.connect(self._url, password=self._password, timeout=10)
         except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
             raise_if_cancelling()
             log.warning("leader election: cannot connect (%s)", exc)

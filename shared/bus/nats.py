@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import ssl
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import nats
@@ -21,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from shared.aio import raise_if_cancelling
+from shared.bus.identities import inbox_prefix
 from shared.bus.protocol import ConsumerConfig, Delivery, Subscription
 from shared.bus.streams import STREAMS, StreamSpec
 from shared.errors import TransientError
@@ -29,9 +33,68 @@ from shared.settings import NatsSettings
 log = logging.getLogger(__name__)
 
 
-async def _log_connection_error(exc: Exception) -> None:
-    # nats-py logs each failed (re)connect with a traceback; one line is enough.
-    log.warning("NATS connection problem: %r", exc)
+AUTH_RETRY_MAX_S = 30.0
+
+
+def refused_credentials(exc: BaseException | None) -> bool:
+    """Whether NATS refused this identity (wrong, expired or revoked credentials)."""
+    text = str(exc).lower()
+    return "authorization violation" in text or "authentication" in text
+
+
+def _credentials_hint(settings: NatsSettings) -> str:
+    if not settings.user:
+        return "this process has no NATS credentials: set CORRAL_NATS_USER and CORRAL_NATS_PASSWORD_FILE"
+    return (
+        f"NATS refused user {settings.user!r}: its password (CORRAL_NATS_PASSWORD_FILE="
+        f"{settings.password_file}) is wrong, or the identity was revoked (corral node remove)"
+    )
+
+
+class _ConnectionLog:
+    """nats-py's error callback: one line per problem (it logs each failed (re)connect
+    with a traceback), and a refusal of our credentials said as such, once per minute
+    while the client keeps trying."""
+
+    def __init__(self, settings: NatsSettings) -> None:
+        self._settings = settings
+        self.refused = False  # the server refused our credentials at least once
+        self.last: Exception | None = None
+        self._refusal_logged_at = -math.inf
+
+    async def report(self, exc: Exception) -> None:
+        self.last = exc
+        if "permissions violation" in str(exc).lower():
+            # Not a connection problem: this identity tried what it may not (a missing
+            # permission in shared/bus/identities.py, or a compromised process).
+            log.error("NATS refused user %r: %s", self._settings.user, exc)
+            return
+        if not refused_credentials(exc):
+            log.warning("NATS connection problem: %r", exc)
+            return
+        self.refused = True
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= 60:
+            self._refusal_logged_at = now
+            log.error("%s; retrying", _credentials_hint(self._settings))
+
+
+def _password(settings: NatsSettings) -> str | None:
+    if settings.password_file is None:
+        return None
+    try:
+        return settings.password_file.read_text().strip()
+    except OSError as exc:
+        raise TransientError(
+            f"cannot read the NATS password file {settings.password_file} ({exc.strerror}); "
+            "fix CORRAL_NATS_PASSWORD_FILE"
+        ) from exc
+
+
+def _tls(settings: NatsSettings) -> ssl.SSLContext | None:
+    if settings.ca_file is None and not settings.url.startswith("tls://"):
+        return None
+    return ssl.create_default_context(cafile=str(settings.ca_file) if settings.ca_file else None)
 
 
 class NatsDelivery:
@@ -117,24 +180,55 @@ class NatsBus:
 
     @classmethod
     async def connect(cls, settings: NatsSettings, *, name: str = "corral") -> NatsBus:
+        """Connect as ``settings.user``. A server that cannot be reached raises
+        ``TransientError`` (the service's supervisor retries); a server that refuses our
+        credentials is said so in the log and tried again, backing off to
+        ``AUTH_RETRY_MAX_S``, re-reading the password file each time."""
+        delay = 1.0
+        while True:
+            errors = _ConnectionLog(settings)
+            try:
+                return cls(await cls._connect_once(settings, name, errors), settings, name)
+            except TransientError as exc:
+                if not (errors.refused or refused_credentials(exc.__cause__)):
+                    raise
+            log.error("%s; trying again in %.0f s", _credentials_hint(settings), delay)
+            await asyncio.sleep(delay)
+            delay = min(AUTH_RETRY_MAX_S, delay * 2)
+
+    @staticmethod
+    async def _connect_once(settings: NatsSettings, name: str, errors: _ConnectionLog) -> Client:
         # nats-py retries the *first* connection forever when reconnects are unlimited;
         # bound it, so a service with no NATS fails visibly and its supervisor retries.
+        user = settings.user or None
+        nc = Client()
         try:
-            nc = await asyncio.wait_for(
-                nats.connect(
+            await asyncio.wait_for(
+                nc.connect(
                     settings.url,
                     name=name,
+                    user=user,
+                    password=_password(settings) if user else None,
+                    inbox_prefix=inbox_prefix(user) if user else "_INBOX",
+                    tls=_tls(settings),
                     max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.5,
+                    reconnect_time_wait=0.5,  # type: ignore[arg-type]  # (a float works: it is slept)
                     connect_timeout=2,
                     allow_reconnect=True,
-                    error_cb=_log_connection_error,
+                    error_cb=errors.report,
                 ),
                 settings.connect_timeout_s,
             )
-        except (OSError, TimeoutError, nats.errors.Error) as exc:
-            raise TransientError(f"cannot reach NATS at {settings.url}: {exc!r}") from exc
-        return cls(nc, settings, name)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # (its sockets, and its reconnecting task)
+                await asyncio.wait_for(nc.close(), 2)
+            if isinstance(exc, OSError | TimeoutError | nats.errors.Error):
+                # A timeout hides why each try failed (a TLS certificate not trusted, a
+                # refused port): say the last reason the client gave.
+                why = errors.last if isinstance(exc, TimeoutError) and errors.last else exc
+                raise TransientError(f"cannot reach NATS at {settings.url}: {why!r}") from exc
+            raise
+        return nc
 
     async def ensure_streams(self) -> None:
         for spec in STREAMS:
@@ -153,7 +247,12 @@ class NatsBus:
             duplicate_window=self._settings.duplicate_window_s,
         )
         try:
-            await self.js.stream_info(spec.name)
+            info = await self.js.stream_info(spec.name)
+            if _same_stream(info.config, config):
+                # As it should be: nothing to change, and nothing an identity without
+                # the right to manage streams (every service but the monitor's metrics,
+                # shared/bus/identities.py) would be refused.
+                return
         except nats.js.errors.NotFoundError:
             try:
                 await self.js.add_stream(config)
@@ -176,9 +275,15 @@ class NatsBus:
         await self.js.publish(subject, payload, timeout=5.0, headers=all_headers)
 
     async def subscribe(self, config: ConsumerConfig) -> Subscription:
+        # One filter: named, so the filter is part of the subject that creates the
+        # consumer, which NATS holds to it (a node may create only its own; see
+        # shared/bus/identities.py).
+        single = config.filter_subjects[0] if len(config.filter_subjects) == 1 else None
         consumer = api.ConsumerConfig(
+            name=config.durable,
             durable_name=config.durable,
-            filter_subjects=list(config.filter_subjects),
+            filter_subject=single,
+            filter_subjects=None if single else list(config.filter_subjects),
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=config.ack_wait_s,
             # Unlimited at the server: retryable failures (TransientError, database away)
@@ -268,6 +373,8 @@ class NatsBus:
             reply = await self.nc.request(subject, payload, timeout=timeout_s)
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise TimeoutError(f"no answer on {subject} in {timeout_s} s") from exc
+        except nats.errors.Error as exc:  # the connection closed or reconnecting: no answer either
+            raise TimeoutError(f"could not ask on {subject}: {exc!r}") from exc
         return reply.data
 
     async def answer(self, subject: str, queue: str, handle: Callable[[bytes], Awaitable[bytes]]) -> None:
@@ -291,6 +398,13 @@ class NatsBus:
         # 30 s timeout on the cancelled pull requests of our consumers.
         if not self.nc.is_closed:
             await self.nc.close()
+
+
+def _same_stream(have: api.StreamConfig, want: api.StreamConfig) -> bool:
+    fields = ("retention", "storage", "max_age", "max_bytes", "discard", "num_replicas", "duplicate_window")
+    return sorted(have.subjects or []) == sorted(want.subjects or []) and all(
+        getattr(have, f) == getattr(want, f) for f in fields
+    )
 
 
 def _deliver_policy(config: ConsumerConfig) -> api.DeliverPolicy:

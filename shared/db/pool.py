@@ -19,11 +19,14 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from shared.db.credentials import read_secret_file
 from shared.errors import TransientError
 from shared.settings import DatabaseSettings
 
@@ -118,7 +121,8 @@ async def keep_session(conn: Connection) -> None:
     session advisory locks are taken only on the scheduler leader's own connection and,
     for one pass, by the outbox relay, which gives its lock back before the connection
     goes back or else closes the connection, cursors live inside transactions, and the
-    one ``LISTEN`` (the outbox relay's) ``UNLISTEN``s before its connection goes back.
+    ``LISTEN``s (the outbox relay's, the launcher's for ended attempts) ``UNLISTEN``
+    before their connection goes back.
     asyncpg still rolls back a transaction left open (``Connection._reset``, called
     before this)."""
 
@@ -198,21 +202,55 @@ async def connect(settings: DatabaseSettings, *, attempts: int = 30) -> Database
     waiting here instead of crashing keeps start-up quiet.
     """
     last: Exception | None = None
-    for _ in range(attempts):
+    password = password_from(settings.password_file)
+    tries = 0
+    refused_delay = 1.0
+    while tries < attempts:
         try:
             pool = await asyncpg.create_pool(
                 settings.url,
+                password=password,
                 min_size=settings.pool_min_size,
                 max_size=settings.pool_max_size,
                 init=init_connection,
                 reset=keep_session,
             )
+        except REFUSED_LOGIN as exc:
+            # Wrong, expired or revoked credentials: no crash loop, a line that says so,
+            # and another try (the password file is read again), backing off to 30 s.
+            log.error(
+                "Postgres refused the login at %s: %s; check CORRAL_DATABASE_PASSWORD_FILE (%s); "
+                "trying again in %.0f s",
+                _redact(settings.url),
+                exc,
+                settings.password_file,
+                refused_delay,
+            )
+            await asyncio.sleep(refused_delay)
+            refused_delay = min(30.0, refused_delay * 2)
+            continue
         except DATABASE_ERRORS as exc:
             last = exc
+            tries += 1
             await asyncio.sleep(1.0)
             continue
         return Database(pool)
     raise TransientError(f"cannot reach Postgres at {_redact(settings.url)}: {last}") from last
+
+
+# A server that answers but will not let us in (the login's password is wrong or its
+# role may not log in).
+REFUSED_LOGIN = (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)
+
+
+def password_from(password_file: Path | None) -> Callable[[], str] | None:
+    """asyncpg's ``password`` for a connection's settings: the file, read at each new
+    connection (a rotated password is picked up); None when the URL says it all. A
+    missing or open file is said at once."""
+    if password_file is None:
+        return None
+    read_secret_file(password_file)
+    return partial(read_secret_file, password_file)
 
 
 def _redact(url: str) -> str:

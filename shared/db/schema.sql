@@ -4,6 +4,271 @@ CREATE SCHEMA corral;
 CREATE SCHEMA launcher;
 CREATE SCHEMA monitor;
 CREATE SCHEMA scheduler;
+CREATE FUNCTION launcher.check_node(p_node text, p_secret text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF p_secret IS NULL THEN
+        IF has_table_privilege(session_user, 'launcher.attempts', 'UPDATE') THEN
+            RETURN;
+        END IF;
+    ELSIF EXISTS (SELECT FROM launcher.node_credentials c
+                  WHERE c.node_id = p_node AND c.revoked_at IS NULL
+                    AND c.secret_sha256 = encode(sha256(convert_to(p_secret, 'UTF8')), 'hex')) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'not node %: its credential is missing, revoked or not this one', p_node
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = 'the agent reads its node''s secret from CORRAL_AGENT_NODE_SECRET_FILE';
+END
+$$;
+CREATE FUNCTION launcher.check_node_attempt(p_node text, p_attempt text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM launcher.attempts a WHERE a.id = p_attempt AND a.node_id = p_node) THEN
+        RAISE EXCEPTION 'attempt % is not one of node %''s', p_attempt, p_node
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+CREATE FUNCTION launcher.check_node_event(p_node text, p_event_id text, p_subject text, p_aggregate text, p_part smallint, p_payload bytea, p_headers jsonb, p_type text, p_expected_subject text, p_entity text, p_job text, p_data jsonb) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    event jsonb := convert_from(p_payload, 'UTF8')::jsonb;
+BEGIN
+    IF p_subject IS DISTINCT FROM p_expected_subject
+       OR event->>'type' IS DISTINCT FROM p_type
+       OR event->>'id' IS DISTINCT FROM p_event_id
+       OR event->>'source' IS DISTINCT FROM 'corral/agent'
+       OR event->>'subject' IS DISTINCT FROM p_entity
+       OR p_aggregate IS DISTINCT FROM p_job
+       OR NOT coalesce(event->'data' @> p_data, false)
+       OR p_part IS NULL OR p_part NOT BETWEEN 32 AND 47
+       OR jsonb_typeof(p_headers) IS DISTINCT FROM 'object'
+       OR EXISTS (SELECT FROM jsonb_object_keys(p_headers) AS k WHERE k <> 'traceparent') THEN
+        RAISE EXCEPTION 'node % may not write this event (%): only % about its own attempt', p_node,
+                        p_subject, p_type
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+CREATE FUNCTION launcher.node_attempt_states(p_node text, p_secret text, p_attempts text[]) RETURNS TABLE(id text, state text)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    RETURN QUERY SELECT a.id, a.state FROM launcher.attempts a WHERE a.id = ANY(p_attempts) AND a.node_id = p_node;
+END
+$$;
+CREATE FUNCTION launcher.node_beat(p_node text, p_secret text, p_instance text, p_hostname text, p_pid integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    IF NOT starts_with(p_instance, 'agent-' || p_node || '@') THEN
+        RAISE EXCEPTION 'instance % is not node %''s agent', p_instance, p_node
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO corral.service_instances AS s (instance_id, service, hostname, pid)
+    VALUES (p_instance, 'agent-' || p_node, p_hostname, p_pid)
+    ON CONFLICT (instance_id) DO UPDATE SET last_seen_at = now();
+END
+$$;
+CREATE FUNCTION launcher.node_claim_attempt(p_node text, p_secret text, p_attempt text, p_epoch bigint) RETURNS TABLE(id text, job_id text, generation integer, task_role text, task_index integer, attempt_no integer, gpu_indices integer[], spec jsonb, traceparent text, username text, secrets jsonb, peers jsonb)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    RETURN QUERY
+    UPDATE launcher.attempts a SET state = 'STARTING'
+    FROM api.jobs j
+    WHERE a.id = p_attempt AND a.node_id = p_node AND a.state = 'ASSIGNED' AND a.stop_requested_at IS NULL
+      AND EXISTS (SELECT FROM launcher.agents g WHERE g.node_id = p_node AND g.epoch = p_epoch
+                  AND g.lost_at IS NULL AND g.lease_expires_at > now())
+      AND j.id = a.job_id AND j.generation = a.generation AND j.state IN ('SCHEDULED', 'RUNNING')
+      AND j.cancel_requested_at IS NULL
+    RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no, a.gpu_indices, j.spec,
+              j.traceparent, j.username,
+              (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
+               FROM api.job_secrets s WHERE s.job_id = j.id),
+              (SELECT jsonb_agg(jsonb_build_object('task_role', p.task_role, 'task_index', p.task_index,
+                                                   'node_id', p.node_id, 'host', p.host, 'ports', p.ports))
+               FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation);
+END
+$$;
+CREATE FUNCTION launcher.node_expired_task_logs(p_node text, p_secret text, p_jobs text[], p_roles text[], p_indexes integer[], p_attempt_nos integer[], p_older_than_s double precision) RETURNS TABLE(ord bigint, job_ended boolean)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    RETURN QUERY
+    SELECT f.ord, j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')
+    FROM unnest(p_jobs, p_roles, p_indexes, p_attempt_nos) WITH ORDINALITY
+         AS f(job_id, task_role, task_index, attempt_no, ord)
+    JOIN launcher.attempts a ON a.job_id = f.job_id AND a.task_role = f.task_role
+         AND a.task_index = f.task_index AND a.attempt_no = f.attempt_no
+    JOIN api.jobs j ON j.id = a.job_id
+    WHERE a.node_id = p_node AND a.state IN ('EXITED', 'LOST')
+      AND a.finished_at < now() - make_interval(secs => p_older_than_s);
+END
+$$;
+CREATE FUNCTION launcher.node_goodbye(p_node text, p_secret text, p_instance text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    DELETE FROM corral.service_instances s WHERE s.instance_id = p_instance AND s.service = 'agent-' || p_node;
+END
+$$;
+CREATE FUNCTION launcher.node_live_attempts(p_node text, p_secret text) RETURNS TABLE(id text, job_id text, generation integer, state text, pid integer, pid_start_ticks bigint, log_path text, task_role text, task_index integer, attempt_no integer, stop_requested_at timestamp with time zone, stop_reason text, stop_platform text, spec jsonb)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    RETURN QUERY
+    SELECT a.id, a.job_id, a.generation, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role,
+           a.task_index, a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec
+    FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
+    WHERE a.node_id = p_node AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
+END
+$$;
+CREATE FUNCTION launcher.node_mark_exited(p_node text, p_secret text, p_attempt text, p_state text, p_exit_code integer, p_signal integer, p_reason text, p_classification text, p_event_id text, p_subject text, p_aggregate text, p_part smallint, p_payload bytea, p_headers jsonb) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    ended_job text;
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    IF p_state IS NULL OR p_state NOT IN ('EXITED', 'LOST') THEN
+        RAISE EXCEPTION 'an attempt ends EXITED or LOST, not %', p_state USING ERRCODE = 'check_violation';
+    END IF;
+    UPDATE launcher.attempts a
+    SET state = p_state, exit_code = p_exit_code, signal = p_signal, reason = p_reason,
+        classification = p_classification, finished_at = now()
+    WHERE a.id = p_attempt AND a.node_id = p_node AND a.state IN ('STARTING', 'RUNNING')
+    RETURNING a.job_id INTO ended_job;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM launcher.check_node_event(
+        p_node, p_event_id, p_subject, p_aggregate, p_part, p_payload, p_headers,
+        'corral.task.exited.v1', 'corral.task.exited.' || p_node, p_attempt, ended_job,
+        jsonb_build_object('attempt_id', p_attempt, 'node_id', p_node, 'job_id', ended_job));
+    INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+    VALUES (p_event_id, p_subject, p_aggregate, p_part, p_payload, p_headers);
+    PERFORM pg_notify('corral_outbox_agent', p_part::text);
+    PERFORM pg_notify('corral_attempt_ended', concat_ws(' ', ended_job, p_headers->>'traceparent'));
+    RETURN ended_job;
+END
+$$;
+CREATE FUNCTION launcher.node_mark_running(p_node text, p_secret text, p_attempt text, p_pid integer, p_pid_start_ticks bigint, p_log_path text, p_started_id text, p_started_subject text, p_started_aggregate text, p_started_part smallint, p_started_payload bytea, p_started_headers jsonb, p_running_id text, p_running_subject text, p_running_aggregate text, p_running_part smallint, p_running_payload bytea, p_running_headers jsonb) RETURNS TABLE(job_running boolean, in_state_s double precision, age_s double precision)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    job api.jobs%ROWTYPE;
+    attempt_generation integer;
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    SELECT j.* INTO job FROM api.jobs j JOIN launcher.attempts x ON x.job_id = j.id
+    WHERE x.id = p_attempt FOR NO KEY UPDATE OF j;
+    UPDATE launcher.attempts a
+    SET state = 'RUNNING', pid = p_pid, pid_start_ticks = p_pid_start_ticks,
+        log_path = coalesce(p_log_path, a.log_path), started_at = now()
+    WHERE a.id = p_attempt AND a.node_id = p_node AND a.state = 'STARTING'
+    RETURNING a.generation INTO attempt_generation;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM launcher.check_node_event(
+        p_node, p_started_id, p_started_subject, p_started_aggregate, p_started_part, p_started_payload,
+        p_started_headers, 'corral.task.started.v1', 'corral.task.started.' || p_node, p_attempt, job.id,
+        jsonb_build_object('attempt_id', p_attempt, 'node_id', p_node, 'job_id', job.id));
+    INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+    VALUES (p_started_id, p_started_subject, p_started_aggregate, p_started_part, p_started_payload,
+            p_started_headers);
+    PERFORM pg_notify('corral_outbox_agent', p_started_part::text);
+    UPDATE api.jobs j SET state = 'RUNNING', version = j.version + 1, updated_at = now()
+    WHERE j.id = job.id AND j.generation = attempt_generation AND j.state = 'SCHEDULED';
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT false, NULL::double precision, NULL::double precision;
+        RETURN;
+    END IF;
+    PERFORM launcher.check_node_event(
+        p_node, p_running_id, p_running_subject, p_running_aggregate, p_running_part, p_running_payload,
+        p_running_headers, 'corral.job.running.v1', 'corral.job.running.' || job.id, job.id, job.id,
+        jsonb_build_object('job_id', job.id, 'generation', attempt_generation));
+    INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+    VALUES (p_running_id, p_running_subject, p_running_aggregate, p_running_part, p_running_payload,
+            p_running_headers);
+    PERFORM pg_notify('corral_outbox_agent', p_running_part::text);
+    RETURN QUERY SELECT true, extract(epoch FROM clock_timestamp() - job.updated_at)::double precision,
+                        extract(epoch FROM clock_timestamp() - job.created_at)::double precision;
+END
+$$;
+CREATE FUNCTION launcher.node_record_dead_letter(p_node text, p_secret text, p_consumer text, p_subject text, p_stream_seq bigint, p_reason text, p_payload bytea, p_headers jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    IF NOT starts_with(p_consumer, 'agent-' || p_node) THEN
+        RAISE EXCEPTION 'consumer % is not one of node %''s', p_consumer, p_node
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    INSERT INTO corral.dead_letters (consumer, subject, stream_seq, reason, payload, headers)
+    VALUES (p_consumer, p_subject, p_stream_seq, left(p_reason, 4000), p_payload, p_headers);
+END
+$$;
+CREATE FUNCTION launcher.node_register(p_node text, p_secret text, p_lease_s double precision, p_isolation text, p_isolation_detail text, p_machine_cpus integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    new_epoch bigint;
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    -- A (re)starting agent takes a new epoch: whatever an earlier incarnation held is fenced.
+    INSERT INTO launcher.agents AS g (node_id, epoch, lease_expires_at, isolation, isolation_detail, machine_cpus)
+    VALUES (p_node, 1, now() + make_interval(secs => p_lease_s), p_isolation, p_isolation_detail, p_machine_cpus)
+    ON CONFLICT (node_id) DO UPDATE
+    SET epoch = g.epoch + 1, lease_expires_at = EXCLUDED.lease_expires_at,
+        lost_at = NULL, registered_at = now(), isolation = EXCLUDED.isolation,
+        isolation_detail = EXCLUDED.isolation_detail, machine_cpus = EXCLUDED.machine_cpus
+    RETURNING g.epoch INTO new_epoch;
+    RETURN new_epoch;
+END
+$$;
+CREATE FUNCTION launcher.node_renew_lease(p_node text, p_secret text, p_epoch bigint, p_lease_s double precision) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    renewed bigint;
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    UPDATE launcher.agents g SET lease_expires_at = now() + make_interval(secs => p_lease_s)
+    WHERE g.node_id = p_node AND g.epoch = p_epoch AND g.lost_at IS NULL
+    RETURNING g.epoch INTO renewed;
+    RETURN renewed;
+END
+$$;
 CREATE TABLE alerter.alert_transitions (
     id bigint NOT NULL,
     alert_id text NOT NULL,
@@ -119,6 +384,18 @@ CREATE SEQUENCE api.audit_log_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE api.audit_log_id_seq OWNED BY api.audit_log.id;
+CREATE TABLE api.bus_credentials (
+    user_name text NOT NULL,
+    kind text NOT NULL,
+    node_id text,
+    streams text[] DEFAULT '{}'::text[] NOT NULL,
+    password_hash text NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT bus_credentials_check CHECK (((kind = 'node'::text) = (node_id IS NOT NULL))),
+    CONSTRAINT bus_credentials_kind_check CHECK ((kind = ANY (ARRAY['node'::text, 'integrator'::text])))
+);
 CREATE TABLE api.group_members (
     group_name text NOT NULL,
     username text NOT NULL,
@@ -166,6 +443,16 @@ CREATE TABLE api.jobs (
     traceparent text,
     tags text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELLED'::text])))
+);
+CREATE TABLE api.join_tokens (
+    id text NOT NULL,
+    secret_sha256 text NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    used_at timestamp with time zone,
+    used_by_node text,
+    CONSTRAINT join_tokens_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text))
 );
 CREATE TABLE api.tokens (
     id text NOT NULL,
@@ -357,6 +644,13 @@ CREATE TABLE launcher.attempts (
     CONSTRAINT attempts_classification_check CHECK ((classification = ANY (ARRAY['transient'::text, 'permanent'::text, 'unknown'::text]))),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );
+CREATE TABLE launcher.node_credentials (
+    node_id text NOT NULL,
+    secret_sha256 text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT node_credentials_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text))
+);
 CREATE TABLE monitor.gpu_history (
     resolution_s integer NOT NULL,
     bucket timestamp with time zone NOT NULL,
@@ -544,6 +838,8 @@ ALTER TABLE ONLY alerter.silences
     ADD CONSTRAINT silences_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.audit_log
     ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.bus_credentials
+    ADD CONSTRAINT bus_credentials_pkey PRIMARY KEY (user_name);
 ALTER TABLE ONLY api.group_members
     ADD CONSTRAINT group_members_pkey PRIMARY KEY (group_name, username);
 ALTER TABLE ONLY api.groups
@@ -554,6 +850,8 @@ ALTER TABLE ONLY api.job_secrets
     ADD CONSTRAINT job_secrets_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.join_tokens
+    ADD CONSTRAINT join_tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
@@ -590,6 +888,8 @@ ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_generation_task_role_task_index_key UNIQUE (job_id, generation, task_role, task_index);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY launcher.node_credentials
+    ADD CONSTRAINT node_credentials_pkey PRIMARY KEY (node_id);
 ALTER TABLE ONLY monitor.gpu_history
     ADD CONSTRAINT gpu_history_pkey PRIMARY KEY (resolution_s, node_id, gpu_index, bucket);
 ALTER TABLE ONLY monitor.gpu_readings

@@ -20,8 +20,11 @@ partitions that hold one a poll interval old (its NOTIFY was missed, its relay i
 or its publish on commit failed): not the rows in flight.
 
 The relay publishes committed rows to JetStream with ``Nats-Msg-Id = event id`` and
-stamps ``sent_at`` only after the publish ack. Ordering: rows carry a partition number
-derived from their aggregate (usually the job id). A relay takes a partition with a
+stamps ``sent_at`` only after the publish ack. A service's relay publishes only the rows
+of the sources its bus identity may publish (``rows.PUBLISHERS``: the launcher's also
+the node agents'), each publisher in a block of partitions of its own. Ordering: rows
+carry a partition number derived from their publisher and aggregate (usually the job
+id). A relay takes a partition with a
 session advisory lock, then reads that partition's unsent rows in id order, publishes
 them one after another, stopping at the first failure, and lets the lock go only once
 their stamp has committed. So any number of relays (one per service process) share the
@@ -35,9 +38,10 @@ job that different processes commit are ordered by the job's life itself (the la
 writes ``job.succeeded`` only after it has consumed ``task.exited``), except where a
 writer acts on what it read from Postgres: the scheduler may place a job whose
 ``job.submitted`` is still on its way, so it passes ``follows_others`` for a job that
-became pending moments ago, and that event goes through a relay pass, after the job's
-unsent ones. While a process's publishes fail, its relay stops publishing on commit for
-a while and NOTIFYs instead, so rows left unsent go out in partition order with the
+became pending moments ago, and that event goes through a relay pass, which publishes
+the job's unsent ``job.submitted`` (or requeue) first (``rows.MAY_PRECEDE``). While a
+process's publishes fail, its relay stops publishing on commit for a while and NOTIFYs
+instead, so rows left unsent go out in partition order with the
 ones after them (a failure amid a burst may still let a later event of the same job go
 first). Consumers must (and do) bear reordering anyway (DESIGN.md, rule 2).
 

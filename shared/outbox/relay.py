@@ -14,7 +14,14 @@ from shared.aio import raise_if_cancelling, wait_event
 from shared.bus.protocol import Bus
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.metrics import OUTBOX_OLDEST_UNSENT, OUTBOX_UNSENT
-from shared.outbox.rows import OutboxRow, notify_channel
+from shared.outbox.rows import (
+    ALL_PARTITIONS,
+    OutboxRow,
+    may_precede,
+    notify_channel,
+    partitions_of,
+    sources_published_with,
+)
 from shared.outbox.sending import Outgoing, publish_in_order, publish_pipelined
 
 log = logging.getLogger(__name__)
@@ -34,7 +41,7 @@ _RELAY_LOCK_CLASS = 0x0C0A
 # it had stamped, committed and let go of in the meantime, and publish them again.
 _CLAIM = """
     WITH claimed AS MATERIALIZED (
-        SELECT id, event_id, subject, payload, headers,
+        SELECT id, event_id, subject, aggregate, payload, headers,
                extract(epoch FROM clock_timestamp() - created_at) AS age_s
         FROM corral.outbox
         WHERE part = $1 AND sent_at IS NULL
@@ -42,6 +49,28 @@ _CLAIM = """
     SELECT c.*,
            CASE WHEN NOT EXISTS (SELECT 1 FROM claimed) THEN pg_advisory_unlock($3, $1) END AS let_go
     FROM (VALUES (1)) AS one LEFT JOIN claimed AS c ON true"""
+
+
+# Unsent rows of other publishers that a pass publishes before its own (``may_precede``):
+# those of the claimed rows' aggregates, older than the last claimed, of the subjects named.
+_PRECEDING = """
+    SELECT id, event_id, subject, payload, headers,
+           extract(epoch FROM clock_timestamp() - created_at) AS age_s
+    FROM corral.outbox
+    WHERE sent_at IS NULL AND aggregate = ANY($1::text[]) AND id < $2 AND NOT part = ANY($3::int[])
+      AND subject LIKE ANY($4::text[])
+    ORDER BY id"""
+
+
+def _outgoing(row: Any) -> Outgoing:
+    return Outgoing(
+        row["id"],
+        row["event_id"],
+        row["subject"],
+        bytes(row["payload"]),
+        dict(row["headers"]),
+        float(row["age_s"]),
+    )
 
 
 def _stamp_and_unlock(sent: Sequence[int], part: int) -> str:
@@ -57,7 +86,12 @@ def _stamp_and_unlock(sent: Sequence[int], part: int) -> str:
 
 
 class OutboxRelay:
-    """Publishes committed outbox rows; run one per service process (see module doc)."""
+    """Publishes committed outbox rows; run one per service process (see module doc).
+
+    It publishes the rows of ``source`` and of the sources its publisher relays for
+    (``rows.PUBLISHERS``), and only those: a service's bus identity may publish nothing
+    else. ``corral/any`` (tools, tests) publishes every row.
+    """
 
     def __init__(
         self,
@@ -75,7 +109,10 @@ class OutboxRelay:
         self._poll_interval_s = poll_interval_s
         self._retention_s = retention_s
         self._wakeup = asyncio.Event()
-        self._channel = notify_channel(source)
+        sources = sources_published_with(source)
+        self._precede_with = [f"{prefix}.%" for prefix in may_precede(source)]  # (LIKE patterns)
+        self._channels = [notify_channel(s) for s in sources]
+        self._parts = list(ALL_PARTITIONS if source == "corral/any" else partitions_of(sources))
         self._notified: set[int] = set()  # partitions a NOTIFY named since the last pass
         self._unnamed = False  # a NOTIFY named none since the last pass
         self.published = 0
@@ -169,12 +206,14 @@ class OutboxRelay:
         while True:
             try:
                 async with self._db.connection() as listener:
-                    await listener.add_listener(self._channel, self._on_notify)
+                    for channel in self._channels:
+                        await listener.add_listener(channel, self._on_notify)
                     try:
                         await self._relay_forever()
                     finally:
                         with contextlib.suppress(*DATABASE_ERRORS):
-                            await listener.remove_listener(self._channel, self._on_notify)
+                            for channel in self._channels:
+                                await listener.remove_listener(channel, self._on_notify)
             except DATABASE_ERRORS as exc:
                 # Postgres restarting: the rows wait in the outbox; listen again once it is back.
                 raise_if_cancelling()
@@ -237,7 +276,8 @@ class OutboxRelay:
             rows = await self._db.fetch(
                 """SELECT part, count(*) AS unsent,
                           extract(epoch FROM clock_timestamp() - min(created_at)) AS oldest_s
-                   FROM corral.outbox WHERE sent_at IS NULL GROUP BY part"""
+                   FROM corral.outbox WHERE sent_at IS NULL AND part = ANY($1::int[]) GROUP BY part""",
+                self._parts,
             )
             OUTBOX_UNSENT.set(sum(row["unsent"] for row in rows))
             OUTBOX_OLDEST_UNSENT.set(max((float(row["oldest_s"]) for row in rows), default=0.0))
@@ -289,18 +329,19 @@ class OutboxRelay:
                 if not rows:
                     let_go = True  # nothing left; the claim gave the lock back itself
                     return 0
-                outgoing = [
-                    Outgoing(
-                        row["id"],
-                        row["event_id"],
-                        row["subject"],
-                        bytes(row["payload"]),
-                        dict(row["headers"]),
-                        float(row["age_s"]),
+                outgoing = [_outgoing(row) for row in rows]
+                own = {row["id"] for row in rows}
+                if self._precede_with:
+                    preceding = await conn.fetch(
+                        _PRECEDING,
+                        list({row["aggregate"] for row in rows}),
+                        rows[-1]["id"],
+                        self._parts,
+                        self._precede_with,
                     )
-                    for row in rows
-                ]
-                sent = [int(key) for key in await publish_in_order(self._bus, outgoing)]
+                    outgoing = sorted([*outgoing, *map(_outgoing, preceding)], key=lambda o: int(o.key))
+                # (Another publisher's rows published first are its relay's to stamp.)
+                sent = [int(key) for key in await publish_in_order(self._bus, outgoing) if key in own]
                 await conn.execute(_stamp_and_unlock(sent, part))
                 let_go = True
             finally:

@@ -58,7 +58,11 @@ async def api(db: Database, bus: NatsBus, admin_token: str) -> AsyncIterator[Api
     """The API with its event hub, served on a real port."""
     settings = Settings(api=ApiSettings(sse_keepalive_s=0.3, sse_queue_limit=10, sse_reauth_s=0.3))
     hub = EventHub(bus.js, Scopes(db), settings.api.sse_queue_limit)
-    app = create_app(ApiRepository(db), Health("api", {}), settings, None, hub)
+
+    async def ask_node(subject: str, question: bytes) -> bytes:  # as the service asks nodes
+        return await bus.request(subject, question, 2.0)
+
+    app = create_app(ApiRepository(db), Health("api", {}), settings, None, hub, ask_node)
     await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     port = free_port()
     server = uvicorn.Server(

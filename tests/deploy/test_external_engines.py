@@ -7,6 +7,7 @@ import re
 
 import yaml
 
+from shared.db.credentials import SERVICE_ROLES
 from tests.deploy.render import DEPLOY
 
 
@@ -31,6 +32,16 @@ def test_postgres_clusters_write_the_secret_the_pods_read() -> None:
         assert cluster["spec"]["bootstrap"]["initdb"] == {"database": "corral", "owner": "corral"}
     production = yaml.safe_load((DEPLOY / "external" / "postgres-production.yaml").read_text())
     assert production["spec"]["postgresql"]["synchronous"]["number"] >= 1  # a synchronous standby
+
+
+def test_postgres_clusters_make_the_service_roles_the_owner_may_not() -> None:
+    """The owner Corral migrates as has no CREATEROLE: the operator makes the roles,
+    without a login, and the migration grants to them."""
+    for variant in ("dev", "production"):
+        cluster = yaml.safe_load((DEPLOY / "external" / f"postgres-{variant}.yaml").read_text())
+        roles = {role["name"]: role for role in cluster["spec"]["managed"]["roles"]}
+        assert set(roles) == set(SERVICE_ROLES.values())
+        assert all(role["ensure"] == "present" and role["login"] is False for role in roles.values())
 
 
 def test_readme_installs_the_engines_from_their_charts() -> None:

@@ -265,22 +265,20 @@ def volume_mount(pod: Obj, container: Obj, claim: str) -> Obj:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_api_reads_task_logs_where_the_launcher_writes_them(
+def test_the_launcher_keeps_pod_logs_in_its_log_dir_and_the_api_mounts_none(
     overlay: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pods' logs: the launcher appends them under its log dir and records those paths;
-    every API replica opens the same paths, on the same volume."""
+    """Pods' logs: the launcher appends them under its log dir, on the claim, and answers
+    for them over NATS; the API asks for logs and mounts none (it never opens a log)."""
     objects = render(overlay)
     (claim,) = of_kind(objects, "PersistentVolumeClaim")
     name = claim["metadata"]["name"]
     launcher, api = (named(objects, "Deployment", f"corral-{s}") for s in ("launcher", "api"))
     (writer,) = containers(launcher)
-    (reader,) = containers(api)
     written = volume_mount(launcher["spec"]["template"]["spec"], writer, name)
-    read = volume_mount(api["spec"]["template"]["spec"], reader, name)
-    assert written["mountPath"] == read["mountPath"]
-    assert read.get("readOnly") is True
     assert not written.get("readOnly")
+    api_pod = api["spec"]["template"]["spec"]
+    assert not [v for v in api_pod["volumes"] if "persistentVolumeClaim" in v]
     # ... and that volume is where the launcher writes: its log dir, with the image's
     # CORRAL_HOME and the container's settings.
     image_env = [e for built in lineage(stage("runtime")) for e in built.all("ENV")]
@@ -290,9 +288,9 @@ def test_the_api_reads_task_logs_where_the_launcher_writes_them(
     for variable, value in {"CORRAL_HOME": home[1], **literal_env(objects, writer)}.items():
         monkeypatch.setenv(variable, value)
     assert str(settings_module("launcher").Settings().log_dir) == written["mountPath"]
-    # Several nodes read it (the API's replicas) while one writes, except on a laptop.
-    modes = ["ReadWriteOnce"] if overlay == "dev" else ["ReadWriteMany"]
-    assert claim["spec"]["accessModes"] == modes
+    # One launcher (Recreate) mounts it: no ReadWriteMany needed of the cluster's storage.
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert launcher["spec"]["strategy"]["type"] == "Recreate"
 
 
 def test_production_settings() -> None:

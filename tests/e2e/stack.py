@@ -17,7 +17,10 @@ from typing import Any
 import asyncpg
 import httpx
 
+from corral.local.bus_users import password_file
 from corral.local.ports import child_output, free_port
+from shared.bus.identities import ADMIN
+from shared.settings import NatsSettings
 
 # Short intervals keep the fault tests quick; they are the knobs a user would turn too.
 FAST_LOOPS = {
@@ -83,13 +86,22 @@ class Stack:
                 self.process.wait()
         return self.process.returncode
 
-    def start_node(self, node_id: str, gpus: int = 8) -> list[subprocess.Popen[bytes]]:
-        """A second machine's processes (node agent + exporter), as an operator would run them."""
+    def start_node(
+        self,
+        node_id: str,
+        gpus: int = 8,
+        *,
+        home: Path | None = None,
+        modules: tuple[str, ...] = ("services.launcher.agent", "services.monitor.exporter"),
+    ) -> list[subprocess.Popen[bytes]]:
+        """A second machine's processes (node agent + exporter), as an operator would run them;
+        with ``home``, a machine of its own: its logs, work and state under it, not the stack's."""
+        home = home or self.home
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")},
             **FAST_LOOPS,
             **self.env,
-            "CORRAL_HOME": str(self.home),
+            "CORRAL_HOME": str(home),
             "CORRAL_AGENT_NODE_ID": node_id,
             "CORRAL_EXPORTER_NODE_ID": node_id,
             "CORRAL_EXPORTER_ADDRESS": "127.0.0.1",
@@ -97,14 +109,25 @@ class Stack:
             "CORRAL_HEALTH_PORT": "0",
         }
         processes = []
-        for module in ("services.launcher.agent", "services.monitor.exporter"):
-            with child_output(self.home / "logs" / "services" / f"{node_id}-{module}.log") as log:
+        for module in modules:
+            with child_output(home / "logs" / "services" / f"{node_id}-{module}.log") as log:
                 processes.append(
                     subprocess.Popen(
                         [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
                     )
                 )
         return processes
+
+    def admin_nats(self) -> NatsSettings:
+        """How a test reaches the stack's NATS as its admin (the stack's own NATS admits
+        only known identities); an external NATS, as it is."""
+        if "CORRAL_NATS_URL" in self.env:
+            return NatsSettings(url=self.env["CORRAL_NATS_URL"])
+        return NatsSettings(
+            url=(self.home / "run" / "nats-url").read_text().strip(),
+            user=ADMIN,
+            password_file=password_file(self.home, ADMIN),
+        )
 
     def pid(self, service: str) -> int:
         return int((self.home / "run" / f"{service}.pid").read_text())

@@ -68,6 +68,16 @@ async def test_launcher_killed_before_it_sees_a_placement_loses_nothing(
 
 
 @pytest.fixture
+async def stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """On the test's own NATS, open to anyone: these tests replay and forge events, and
+    start a second node by hand, as whoever they like (the bus's identities have tests
+    of their own: tests/shared/test_bus_identities.py, tests/e2e/test_node_join.py)."""
+    env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": nats_url}
+    async with Stack(tmp_path / "home", env).running() as running:
+        yield running
+
+
+@pytest.fixture
 async def patient_stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     """A stack whose node lease outlasts a node agent's restart on a loaded machine.
 

@@ -12,9 +12,9 @@ from shared.settings import NatsSettings
 from tests.e2e.stack import HOLD, Stack, corral, submit, wait_state
 
 
-async def lifecycle_events(nats_url: str, job_id: str) -> list[str]:
+async def lifecycle_events(nats: NatsSettings, job_id: str) -> list[str]:
     """Every event about the job, in stream order, read back from JetStream."""
-    bus = await NatsBus.connect(NatsSettings(url=nats_url))
+    bus = await NatsBus.connect(nats)
     sub = await bus.js.subscribe("corral.>", ordered_consumer=True, stream="CORRAL_JOBS")
     types: list[str] = []
     try:
@@ -31,7 +31,7 @@ async def lifecycle_events(nats_url: str, job_id: str) -> list[str]:
         await bus.close()
 
 
-async def test_hello_runs_through_every_service(stack: Stack, nats_url: str) -> None:
+async def test_hello_runs_through_every_service(stack: Stack) -> None:
     async with stack.client() as http:
         job_id = await submit(http, 'echo hello; echo "gpus=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER"')
         job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED"})
@@ -49,7 +49,7 @@ async def test_hello_runs_through_every_service(stack: Stack, nats_url: str) -> 
         assert same_logs.text == logs
 
     await asyncio.sleep(0.5)  # the last event's relay
-    events = await lifecycle_events(nats_url, job_id)
+    events = await lifecycle_events(stack.admin_nats(), job_id)
     # Job transitions arrive in order; the node's task reports interleave with them.
     assert [e for e in events if e.startswith("job.")] == [
         "job.submitted",
@@ -63,7 +63,7 @@ async def test_hello_runs_through_every_service(stack: Stack, nats_url: str) -> 
 
 
 async def test_a_command_that_exits_3_fails_with_code_3_and_raises_an_alert(
-    stack: Stack, nats_url: str, database_url: str
+    stack: Stack, database_url: str
 ) -> None:
     async with stack.client() as http:
         job_id = await submit(http, "echo about to fail; exit 3", name="fails")
@@ -75,7 +75,7 @@ async def test_a_command_that_exits_3_fails_with_code_3_and_raises_an_alert(
     assert job["attempts"][0]["exit_code"] == 3
 
     await asyncio.sleep(0.5)
-    events = await lifecycle_events(nats_url, job_id)
+    events = await lifecycle_events(stack.admin_nats(), job_id)
     assert events[0] == "job.submitted"
     assert events[-1] == "job.failed"
     assert events.index("job.running") < events.index("job.failed")

@@ -138,6 +138,9 @@ async def _escape_attempts(stack: Stack) -> None:
     home = stack.home.resolve()
     admin_token = stack.token()
     pg_password = (home / "postgres" / "password").read_text().strip()
+    # The node's own database credentials: its role's password and the node's secret.
+    node_credentials = [home / "credentials" / "postgres-agent", home / "credentials" / "node-local.secret"]
+    node_secrets = [path.read_text().strip() for path in node_credentials]
     state_dirs = _state_dirs("local")
     async with (
         stack.client() as admin,
@@ -157,6 +160,8 @@ async def _escape_attempts(stack: Stack) -> None:
         targets = {
             "admin-token": home / "admin-token",
             "pg-password": home / "postgres" / "password",
+            "agent-db-password": node_credentials[0],
+            "node-secret": node_credentials[1],
             "bob-log": bob_log,
             "bob-work": bob_work / "secret.txt",
         }
@@ -191,10 +196,10 @@ async def _escape_attempts(stack: Stack) -> None:
         assert job["state"] == "SUCCEEDED", (job, said)
         assert said.rstrip().endswith("done"), said
 
-        for secret in (admin_token, pg_password, bob_secret):
+        for secret in (admin_token, pg_password, bob_secret, *node_secrets):
             assert secret not in said, f"a secret leaked into alice's output:\n{said}"
         command_lines = _every_command_line()
-        for secret in (admin_token, pg_password):
+        for secret in (admin_token, pg_password, *node_secrets):
             assert secret not in command_lines, (
                 "a secret in a command line: /proc/*/cmdline is world-readable"
             )

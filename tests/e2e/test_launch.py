@@ -189,7 +189,7 @@ async def test_logs_can_be_followed_while_the_task_runs_and_survive_it(stack: St
 
 
 async def test_a_preempted_job_stops_with_its_grace_period_and_is_requeued_uncounted(
-    stack: Stack, database_url: str, nats_url: str
+    stack: Stack, database_url: str
 ) -> None:
     # The decision is the scheduler's (its policy picks victims: the scheduler issue);
     # here it is taken through the scheduler's own function, and the rest is real.
@@ -224,7 +224,7 @@ async def test_a_preempted_job_stops_with_its_grace_period_and_is_requeued_uncou
         assert job["state"] == "SUCCEEDED"
         assert second["state"] in ("RUNNING", "EXITED")
     await asyncio.sleep(0.5)
-    events = await lifecycle_events(nats_url, job_id)
+    events = await lifecycle_events(stack.admin_nats(), job_id)
     assert [e for e in events if e.startswith("job.")] == [
         "job.submitted",
         "job.scheduled",

@@ -11,11 +11,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from corral.local.ports import free_port
+from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
 from corral.local.supervisor import StackConfig
+from shared.db.credentials import SERVICE_ROLES, read_secret_file
 from tests.e2e.stack import Stack, submit, submit_spec, wait_state
 from tests.infra import world_readable_tempdir
 
@@ -38,6 +41,7 @@ async def test_a_second_start_finds_every_job_where_it_was_left(home: Path) -> N
         async with first.client() as http:
             job_id = await submit(http, "echo kept")
             await wait_state(http, job_id, {"SUCCEEDED"}, timeout_s=60)
+        await _each_service_logs_in_as_its_own_role(first, int(servers["CORRAL_PG_PORT"]))
     finally:
         assert first.stop() == 0
     token = first.token()
@@ -85,6 +89,32 @@ async def test_simulated_nodes_take_a_gang_one_task_per_node(
                     break
                 await asyncio.sleep(0.2)
         assert nodes == {"local-1": False, "local-2": True, "local-3": False}
+
+
+async def _each_service_logs_in_as_its_own_role(stack: Stack, pg_port: int) -> None:
+    """Its role's login, its password in a file of its own (0600, in a 0700 directory),
+    none in any process's environment; and the owner's password in no service's."""
+    owner = LocalPostgres(stack.home / "postgres", pg_port)
+    conn = await asyncpg.connect(owner.url())
+    try:
+        rows = await conn.fetch("SELECT usename FROM pg_stat_activity WHERE datname = 'corral'")
+    finally:
+        await conn.close()
+    assert set(SERVICE_ROLES.values()) <= {row["usename"] for row in rows}
+    await asyncio.to_thread(_secrets_stay_in_their_files, stack, owner)
+
+
+def _secrets_stay_in_their_files(stack: Stack, owner: LocalPostgres) -> None:
+    credentials = stack.home / "credentials"
+    assert credentials.stat().st_mode & 0o777 == 0o700
+    files = [credentials / f"postgres-{service}" for service in SERVICE_ROLES] + [
+        credentials / "node-local.secret"
+    ]
+    secrets = [owner.password] + [read_secret_file(path) for path in files]  # (each 0600, or refused)
+    for service in ("api", "scheduler", "launcher", "monitor", "alerter", "agent", "exporter"):
+        environment = Path(f"/proc/{stack.pid(service)}/environ").read_bytes()
+        leaked = [secret for secret in secrets if secret.encode() in environment]
+        assert not leaked, f"{service} holds a database secret in its environment"
 
 
 @pytest.mark.parametrize("given", ["0", "65", "three"])

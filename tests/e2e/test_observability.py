@@ -124,8 +124,8 @@ async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
     consumed = by_name[("corral-launcher", "process corral.job.scheduled")]
     assert consumed.attributes["messaging.consumer.group.name"] == "launcher"
     assert consumed.attributes["corral.job.id"] == job_id
-    # The agent that reported the task's end decided the job's: job.succeeded is sent
-    # in the trace of the task's start too.
+    # The launcher decided the job when the agent reported the task's end (its NOTIFY
+    # carries the report's trace): job.succeeded is sent in the trace of the task's start too.
     [succeeded] = [s for s in spans if s.name == "send corral.job.succeeded"]
     assert "start task" in _ancestors(succeeded, parent)
 
@@ -197,10 +197,10 @@ async def _check_metrics(stack: Stack, api_metrics: str, classification: str) ->
     assert _value(scheduler, "corral_scheduler_leader") == 1
     assert _value(scheduler, "corral_scheduler_placements_total") >= 1
     assert _value(scheduler, "corral_scheduler_cycle_duration_seconds_count") >= 1
-    # The agent's reports made the job RUNNING, then ended it.
+    # The agent's reports made the job RUNNING; the launcher ended it on the last one's word.
     assert _value(agent, "corral_launch_latency_seconds_count") == 1
     assert _value(agent, "corral_job_start_latency_seconds_count") == 1
-    assert _value(agent, "corral_jobs_ended_total", state="SUCCEEDED") == 1
+    assert _value(launcher, "corral_jobs_ended_total", state="SUCCEEDED") == 1
     assert _value(agent, "corral_task_exits_total", classification=classification) == 1
     # Every relay shares the whole outbox, so the cluster's total is what counts.
     everyone = [api, *scraped.values()]

@@ -1,6 +1,7 @@
 """Pod logs through Corral's API: the Kubernetes runner (real Postgres, the FAKE API
 server of tests/launcher/fake_kube_api.py) appends each running pod's log to its
-attempt's log file as it comes, the API's log follower (services/api/logs.py, as
+attempt's log file as it comes, the launcher answers for it on the pod node's
+``corral.logs.<node>`` (real NATS), the API's log follower (services/api/logs.py, as
 ``GET /api/v1/jobs/{id}/logs?follow=true`` uses it) serves it while the pod runs and
 stops only after the last line, and a runner that restarts resumes every file where it
 ends — no line twice, none left out — even for a pod that ended while no runner ran."""
@@ -17,13 +18,15 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from services.api.logs import follow_log
+from services.api.logs import AttemptLog
 from services.api.repository import ApiRepository
 from services.launcher.kubernetes.driver import KubernetesDriver
 from services.launcher.kubernetes.log_files import cursor_path, whole_seconds
 from services.launcher.kubernetes.names import pod_name
 from services.launcher.kubernetes.runner import KubernetesRunner
 from services.launcher.kubernetes.settings import KubernetesSettings
+from services.launcher.task_logs import LogServer, answer_for_nodes
+from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from tests.launcher import attempts
 from tests.launcher.fake_kube_api import FakeKubeApi, rfc3339_nano, running, terminated, waiting
@@ -92,10 +95,13 @@ async def attempt_id(db: Database) -> str:
 
 
 async def test_the_api_follows_a_pods_log_as_it_comes_until_its_last_line(
-    db: Database, kube: FakeKubeApi, tmp_path: Path, attempt_id: str
+    db: Database, bus: NatsBus, kube: FakeKubeApi, tmp_path: Path, attempt_id: str
 ) -> None:
     name = pod_name(attempt_id)
-    async with runner_on(db, kube, tmp_path / "logs") as runner:
+    async with runner_on(db, kube, tmp_path / "logs") as runner, asyncio.TaskGroup() as tg:
+        # As the launcher does (app.run_on_kubernetes): it answers for its nodes' logs.
+        server = LogServer(tmp_path / "logs")
+        answering = tg.create_task(answer_for_nodes(bus, server, runner.epochs.keys, 0.05))
         await runner.start_attempt(attempt_id, NODE)
         kube.set_status(name, running())
         await until(lambda: state_is(db, attempt_id, "RUNNING"), "running")
@@ -108,9 +114,15 @@ async def test_the_api_follows_a_pods_log_as_it_comes_until_its_last_line(
         await until(lambda: contents(path) == b"step 1\n", "the first line in the file")
 
         received: list[bytes] = []
+        repo = ApiRepository(db)
+        row = await repo.attempt_for_logs(job_id, "worker", 0, None)
+        assert row is not None
+
+        async def ask(subject: str, question: bytes) -> bytes:
+            return await bus.request(subject, question, 5)
 
         async def read() -> None:
-            async for chunk in follow_log(ApiRepository(db), attempt_id, path):
+            async for chunk in AttemptLog(ask, repo, row, patience_s=5).follow():
                 received.append(chunk)
 
         reader = asyncio.create_task(read())
@@ -129,6 +141,7 @@ async def test_the_api_follows_a_pods_log_as_it_comes_until_its_last_line(
         assert await state_of(db, attempt_id) == "RUNNING"  # its log is not all in yet
         kube.release_logs()
         await asyncio.wait_for(reader, 5)
+        answering.cancel()
     assert b"".join(received) == b"step 1\nstep 2\nlast words\n"
     assert await state_of(db, attempt_id) == "EXITED"
     assert path.read_bytes() == b"step 1\nstep 2\nlast words\n"

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from corral.sdk import ApiError, AsyncClient, Client
+from services.launcher.task_logs import LogServer, attempt_log_path
+from shared.bus.nats import NatsBus
 from shared.db.pool import Database
+from shared.node_logs import LOGS_QUEUE, logs_subject
 from tests.api.conftest import Api
 
 SPEC = {"name": "hello", "tasks": [{"name": "main", "command": "echo hi", "resources": {"gpus": 1}}]}
@@ -96,11 +99,17 @@ async def test_the_async_client_manages_vcs_webhooks_and_reads_the_cluster(api: 
         assert [j.id async for j in corral.iter_jobs()] == [job.id]
 
 
-async def test_following_a_log_streams_until_the_attempt_ends(api: Api, db: Database, tmp_path: Path) -> None:
-    log = tmp_path / "attempt-1.log"
-    log.write_text("step 1\n")
-    async with AsyncClient(api.url, api.alice) as corral:
+async def test_following_a_log_streams_until_the_attempt_ends(
+    api: Api, db: Database, bus: NatsBus, tmp_path: Path
+) -> None:
+    async with AsyncClient(api.url, api.alice) as corral, asyncio.TaskGroup() as node:
         job = await corral.submit(SPEC)
+        # Node n1 answers for its logs over NATS, as its agent does.
+        log = attempt_log_path(tmp_path, job.id, "main", 0, 1)
+        log.parent.mkdir(parents=True)
+        log.write_text("step 1\n")
+        answering = node.create_task(bus.answer(logs_subject("n1"), LOGS_QUEUE, LogServer(tmp_path).answer))
+        await bus.nc.flush()
         await db.execute(
             "INSERT INTO launcher.attempts (id, job_id, generation, task_role, task_index, attempt_no,"
             " node_id, gpu_indices, state, log_path) VALUES ('att-log', $1, 1, 'main', 0, 1, 'n1', '{0}',"
@@ -130,3 +139,4 @@ async def test_following_a_log_streams_until_the_attempt_ends(api: Api, db: Data
         with pytest.raises(ApiError) as not_started:
             await anext(corral.follow_logs(job.id, task="main-1"))
         assert not_started.value.status == 404
+        answering.cancel()

@@ -165,7 +165,7 @@ async def test_a_claim_tells_a_partition_held_by_another_relay_from_one_with_not
     emptied already (most NOTIFYs under load name a partition just relayed): 0, and no
     pass at all."""
     relay = OutboxRelay(db, bus)
-    part = partition_of("job-a")
+    part = partition_of("job-a", "test")
     async with db.transaction() as conn:
         await append(conn, make_event("job-a"), aggregate="job-a")
     assert await relay._relay_partition(part) == 1
@@ -219,7 +219,7 @@ async def test_a_pass_gives_the_partition_lock_back_whatever_it_found(db: Databa
     """The partition's lock is a session lock on a pooled connection: every way out of a
     pass (rows sent, nothing left, NATS away) must give it back, or the partition stalls."""
     relay = OutboxRelay(db, bus)
-    part = partition_of("job-a")
+    part = partition_of("job-a", "test")
     async with db.transaction() as conn:
         await append(conn, make_event("job-a"), aggregate="job-a")
     assert await relay._relay_partition(part) == 1
@@ -248,7 +248,7 @@ class _StuckBus:
 
 async def test_a_relay_cancelled_while_publishing_lets_its_partition_go(db: Database, bus: NatsBus) -> None:
     """Its connection is closed, not pooled with the lock: another relay takes the row."""
-    part = partition_of("job-a")
+    part = partition_of("job-a", "test")
     async with db.transaction() as conn:
         await append(conn, make_event("job-a"), aggregate="job-a")
     stuck = _StuckBus()
@@ -267,3 +267,23 @@ async def test_a_relay_cancelled_while_publishing_lets_its_partition_go(db: Data
     assert await _advisory_locks(db) == 0
     assert await OutboxRelay(db, bus)._relay_partition(part) == 1
     assert len(await stream_messages(bus)) == 1
+
+
+async def test_a_service_relay_publishes_only_the_sources_its_service_may_publish(
+    db: Database, bus: NatsBus
+) -> None:
+    """A service's bus identity may publish only its own events: its relay takes only the
+    rows of its sources (the launcher's also the agents'), and leaves the others' rows
+    to their own relays."""
+    by_source = {
+        source: make_event(f"job-{source.rsplit('/', 1)[-1]}").model_copy(update={"source": source})
+        for source in ("corral/api", "corral/scheduler", "corral/agent", "corral/launcher")
+    }
+    async with db.transaction() as conn:
+        for event in by_source.values():
+            await append(conn, event, aggregate=event.subject)
+    assert await OutboxRelay(db, bus, source="corral/api").relay_pending() == 1
+    assert await OutboxRelay(db, bus, source="corral/launcher").relay_pending() == 2
+    unsent = await db.fetch("SELECT subject FROM corral.outbox WHERE sent_at IS NULL")
+    assert [row["subject"] for row in unsent] == [by_source["corral/scheduler"].nats_subject]
+    assert await OutboxRelay(db, bus, source="corral/scheduler").relay_pending() == 1

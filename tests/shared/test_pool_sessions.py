@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = {
     "services/scheduler/leader.py": {"session advisory lock"},
     "shared/outbox/relay.py": {"LISTEN", "session advisory lock"},
+    # Hears the node agents' "attempt ended"; UNLISTENs before its connection goes back.
+    "services/launcher/attempt_ends.py": {"LISTEN"},
 }
 IN_PYTHON = {
     # (SQL keywords are upper case in Corral's code: "set" in a sentence is not a query)

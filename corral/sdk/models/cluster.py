@@ -72,6 +72,48 @@ class DrainAccepted(Model):
     detail: str
 
 
+class JoinToken(Model):
+    token: str
+    expires_at: datetime
+    command: str
+
+
+class JoinedNats(Model):
+    url: str
+    user: str
+    password: str
+    ca_pem: str | None = None
+
+
+class JoinedDatabase(Model):
+    url: str
+    password: str
+
+
+class Joined(Model):
+    """What a machine gets once on joining as a node (``Client.join``)."""
+
+    node_id: str
+    nats: JoinedNats
+    database: JoinedDatabase
+    node_secret: str
+
+
+class NodeRemoved(Model):
+    node_id: str
+    detail: str
+
+
+class BusCredentials(Model):
+    user: str
+    password: str
+    url: str
+    ca_pem: str | None = None
+    streams: list[str]
+    consumer: str
+    detail: str
+
+
 class HistoryPoint(Model):
     bucket: datetime
     node_id: str

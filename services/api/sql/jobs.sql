@@ -79,7 +79,9 @@ FROM launcher.attempts WHERE job_id = $1
 ORDER BY task_role, task_index, attempt_no;
 
 -- name: latest_attempt_of_task
-SELECT id, attempt_no, state, log_path FROM launcher.attempts
+-- What the API needs to ask the attempt's node for its log (services/api/logs.py).
+SELECT id, job_id, task_role, task_index, attempt_no, node_id, state, log_path, finished_at
+FROM launcher.attempts
 WHERE job_id = $1 AND task_role = $2 AND task_index = $3
   AND ($4::integer IS NULL OR attempt_no = $4)
 ORDER BY attempt_no DESC LIMIT 1;

@@ -40,3 +40,9 @@ SELECT instance_id, service, hostname, pid, started_at, last_seen_at,
        extract(epoch FROM now() - last_seen_at)::float8 AS silent_s
 FROM corral.service_instances
 ORDER BY service, started_at;
+
+-- name: node_last_heard
+-- Since when a node's agent (or the launcher, for a pod node) has been silent: it renews
+-- its lease while it runs (lease_expires_at), and lost_at says when the node was declared
+-- lost for want of it (services/api/logs.py says so when the node does not answer).
+SELECT lease_expires_at, lost_at FROM launcher.agents WHERE node_id = $1;

@@ -5,6 +5,10 @@ attempt. ``_tasks`` holds every attempt this process is handling, from the momen
 tries to claim one, so the consumer and the reconcile loop never act on an attempt
 twice. Every report is a fenced update (this node, the expected state) and its outbox event in
 one statement: a report for an attempt this agent no longer holds changes nothing.
+
+Everything it asks of Postgres goes through its node's functions (``repository.py``),
+with the node's secret: the agent's database role may touch no table, and the launcher
+decides a job whose attempt ended here (``services/launcher/attempt_ends.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from services.launcher import metrics
 from services.launcher.agent import sandboxed
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.processes import (
@@ -29,12 +34,12 @@ from services.launcher.agent.processes import (
     wait_adopted,
     wait_spawned,
 )
+from services.launcher.agent.repository import NodeRepository
 from services.launcher.agent.sandbox.identities import IdentityProblem
 from services.launcher.agent.sandbox.sandbox import Sandbox
 from services.launcher.agent.tasks import LiveOrWatched, Task
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
-from services.launcher.reporting import peers_of, report_end, report_started
-from services.launcher.repository import SQL
+from services.launcher.reporting import exited_event, note_job_running, peers_of, started_events
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
@@ -58,8 +63,9 @@ class NodeAgent:
         work_dir: Path,
         stop_grace_s: float = 10.0,
         sandbox: Sandbox | None = None,
+        node_secret: str | None = None,
     ) -> None:
-        self._db = db
+        self._records = NodeRepository(db, node_id, node_secret)
         self._tg = tg
         self.node_id = node_id
         self._log_dir = log_dir
@@ -79,10 +85,7 @@ class NodeAgent:
         self._isolation_detail = isolation_detail
         isolation = "sandbox" if self._sandbox is not None else "none"
         cpus = len(os.sched_getaffinity(0))
-        async with self._db.transaction() as conn:
-            self.epoch = await conn.fetchval(
-                SQL.register_agent, self.node_id, lease_s, isolation, isolation_detail, cpus
-            )
+        self.epoch = await self._records.register(lease_s, isolation, isolation_detail, cpus)
         log.info("node agent for %s holds epoch %s", self.node_id, self.epoch)
 
     async def hold_lease(self, lease_s: float) -> None:
@@ -90,8 +93,7 @@ class NodeAgent:
         while True:
             await asyncio.sleep(lease_s / 3)
             try:
-                async with self._db.transaction() as conn:
-                    renewed = await conn.fetchval(SQL.renew_lease, self.node_id, self.epoch, lease_s)
+                renewed = await self._records.renew_lease(self.epoch, lease_s)
             except DATABASE_ERRORS as exc:
                 raise_if_cancelling()
                 log.warning("could not renew the lease (%s); retrying", exc)
@@ -135,10 +137,9 @@ class NodeAgent:
             self._tasks.pop(attempt_id, None)
 
     async def _claim_and_spawn(self, task: Task) -> bool:
-        claimed = await self._db.fetchrow(SQL.claim_attempt, task.attempt_id, self.node_id, self.epoch)
-        if claimed is None:
-            return False  # someone else's, already started, stopped, or its job moved on
-        row = dict(claimed)
+        row = await self._records.claim_attempt(task.attempt_id, self.epoch)
+        if row is None:
+            return False  # already started, stopped, or its job moved on
         peers = peers_of(row)
         # The watcher started below inherits this span and the job binding (asyncio copies
         # the context into new tasks), so the task's exit report joins the job's trace.
@@ -199,17 +200,20 @@ class NodeAgent:
 
     async def _report_started(self, task: Task, ticks: int | None, log_path: str | None) -> bool:
         """Record the process (RUNNING) and say so; False if the attempt is no longer ours."""
-        return await report_started(
-            self._db,
+        started, job_running = started_events(
             SOURCE,
             attempt_id=task.attempt_id,
             job_id=task.job_id,
             generation=task.generation,
             node_id=self.node_id,
             pid=task.pid,
-            pid_start_ticks=ticks,
-            log_path=log_path,
         )
+        changed = await self._records.mark_running(
+            task.attempt_id, task.pid, ticks, log_path, started, job_running
+        )
+        if changed is not None and changed["job_running"]:
+            note_job_running(changed["in_state_s"], changed["age_s"])
+        return changed is not None
 
     # --- watch and stop --------------------------------------------------------------
 
@@ -289,20 +293,19 @@ class NodeAgent:
         if task.stop_reason is not None:
             own = platform == "max_runtime_exceeded"  # the agent's own stop: say why plainly
             reason = task.stop_reason if own else f"stopped: {task.stop_reason}"
-        ended = await report_end(
-            self._db,
+        exited = exited_event(
             SOURCE,
             attempt_id=task.attempt_id,
             job_id=task.job_id,
             node_id=self.node_id,
-            lost=lost,
             exit_code=outcome.exit_code,
             signal=outcome.signal,
             reason=reason,
             classification=verdict.classification,
         )
-        if not ended:
+        if not await self._records.mark_exited(lost=lost, exited=exited):
             return  # not ours any more: report nothing
+        metrics.TASK_EXITS.labels(verdict.classification).inc()
         log.info("attempt %s ended: %s (%s)", task.attempt_id, reason, verdict.classification)
 
     # --- reconcile -------------------------------------------------------------------
@@ -315,16 +318,14 @@ class NodeAgent:
         was out of contact) are killed; processes left by an earlier agent for attempts
         that are no longer live are killed too.
         """
-        rows = await self._db.fetch(SQL.live_attempts_on_node, self.node_id)
+        rows = await self._records.live_attempts()
         live = {row["id"] for row in rows}
         for attempt_id, task in list(self._tasks.items()):
             if attempt_id not in live and task.pid is not None and not task.ended:
-                state = await self._db.fetchrow(SQL.attempt_states, [attempt_id])
-                if state is not None and state["state"] not in ("STARTING", "RUNNING"):
+                state = await self._records.attempt_state(attempt_id)
+                if state is not None and state not in ("STARTING", "RUNNING"):
                     log.warning(
-                        "attempt %s is %s in the database: killing its stale process",
-                        attempt_id,
-                        state["state"],
+                        "attempt %s is %s in the database: killing its stale process", attempt_id, state
                     )
                     self._fence(task)
         for row in rows:

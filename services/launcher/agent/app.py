@@ -1,12 +1,21 @@
-"""Composition root of the node agent: its assignments consumer and reconcile loop.
+"""Composition root of the node agent: its assignments consumers and reconcile loop.
 
-The agent's durable consumer filters ``corral.task.assigned.<node>``, so each agent
-sees only its own node's assignments; the reconcile loop re-drives any it missed and
-re-adopts or settles tasks that were running when the agent last stopped.
+The agent's durable consumers filter ``corral.task.assigned.<node>`` and
+``corral.task.stop_requested.<node>``, so each agent sees only its own node's work;
+the reconcile loop re-drives any it missed and re-adopts or settles tasks that were
+running when the agent last stopped.
 
 Before anything else the agent checks that it can isolate tasks (``sandbox``). One
 that cannot refuses to start, saying what is missing, unless its operator allowed
 unisolated tasks; its node then shows ``isolation: none``.
+
+The agent reaches Postgres only through its node's functions, with the node's secret
+(``CORRAL_AGENT_NODE_SECRET_FILE``; ``repository.py``): its liveness and dead letters
+too, and it runs no outbox relay (the launcher's publishes its events).
+
+The agent answers for its tasks' logs on ``corral.logs.<node>`` (``task_logs.py``: the
+API asks; no inbound port) and deletes those past the node's retention
+(``log_retention.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import sys
 from pathlib import Path
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
+from services.launcher.agent.repository import NodeDeadLetters, NodeLiveness, NodeRepository
 from services.launcher.agent.sandbox.sandbox import (
     Sandbox,
     SandboxConfig,
@@ -26,24 +36,37 @@ from services.launcher.agent.sandbox.sandbox import (
     open_sandbox,
 )
 from services.launcher.agent.settings import Settings, tidy_state_dir
+from services.launcher.log_retention import SWEEP_EVERY_S, LogRetention
+from services.launcher.task_logs import LogServer
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
+from shared.bus.identities import node_consumers
 from shared.bus.streams import JOBS
+from shared.db.credentials import SecretFileProblem, read_secret_file
+from shared.db.pool import Database
+from shared.node_logs import LOGS_QUEUE, logs_subject
 from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
 
 
-def assignments_consumer(node_id: str) -> ConsumerConfig:
-    return ConsumerConfig(
-        stream=JOBS.name,
-        durable=f"agent-{node_id}",
-        filter_subjects=(f"corral.task.assigned.{node_id}", f"corral.task.stop_requested.{node_id}"),
-    )
+def assignments_consumers(node_id: str) -> list[ConsumerConfig]:
+    """Its node's assignments and stop requests, a consumer each: one filter each, which
+    NATS holds the node's identity to (shared/bus/identities.py)."""
+    return [
+        ConsumerConfig(stream=JOBS.name, durable=durable, filter_subjects=(only,))
+        for durable, only in node_consumers(node_id)
+    ]
 
 
-async def serve(settings: Settings, state_dir: Path, sandbox: Sandbox | None, isolation_detail: str) -> None:
+async def serve(
+    settings: Settings,
+    state_dir: Path,
+    sandbox: Sandbox | None,
+    isolation_detail: str,
+    node_secret: str | None = None,
+) -> None:
     try:
-        await _serve(settings, state_dir, sandbox, isolation_detail)
+        await _serve(settings, state_dir, sandbox, isolation_detail, node_secret)
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -96,10 +119,27 @@ def choose_isolation(settings: Settings, state_dir: Path) -> tuple[Sandbox | Non
     return sandbox, sandbox.description
 
 
-async def _serve(settings: Settings, state_dir: Path, sandbox: Sandbox | None, isolation_detail: str) -> None:
+async def _serve(
+    settings: Settings,
+    state_dir: Path,
+    sandbox: Sandbox | None,
+    isolation_detail: str,
+    node_secret: str | None,
+) -> None:
     node_id = settings.agent.node_id
+
+    def records(db: Database) -> NodeRepository:
+        return NodeRepository(db, node_id, node_secret)
+
     async with (
-        service_resources(f"agent-{node_id}", settings.common, event_source=SOURCE) as res,
+        service_resources(
+            f"agent-{node_id}",
+            settings.common,
+            event_source=SOURCE,
+            relay=False,
+            liveness=lambda db, name, interval_s: NodeLiveness(records(db), name, interval_s),
+            dead_letters=lambda db: NodeDeadLetters(records(db)),
+        ) as res,
         asyncio.TaskGroup() as tg,
     ):
         agent = NodeAgent(
@@ -111,19 +151,40 @@ async def _serve(settings: Settings, state_dir: Path, sandbox: Sandbox | None, i
             work_dir=settings.work_dir,
             stop_grace_s=settings.agent.stop_grace_s,
             sandbox=sandbox,
+            node_secret=node_secret,
         )
         await agent.register(settings.agent.lease_s, isolation_detail)
         res.start_common_tasks(tg)
         tg.create_task(agent.hold_lease(settings.agent.lease_s), name="lease")
-        spec = ConsumerSpec(assignments_consumer(node_id), agent.handle)
-        tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name="assignments")
+        for consumer in assignments_consumers(node_id):
+            spec = ConsumerSpec(consumer, agent.handle)
+            tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=consumer.durable)
         tg.create_task(
             every(settings.agent.reconcile_interval_s, agent.reconcile, "agent reconcile"), name="reconcile"
         )
+        retention_hours = settings.agent.log_retention_hours
+        logs = LogServer(settings.log_dir, retention_hours)
+        tg.create_task(res.bus.answer(logs_subject(node_id), LOGS_QUEUE, logs.answer), name="logs")
+        retention = LogRetention(
+            res.db, settings.log_dir, retention_hours, expired=records(res.db).expired_task_logs
+        )
+        tg.create_task(every(SWEEP_EVERY_S, retention.sweep, "log retention"), name="log-retention")
+
+
+def node_secret_of(settings: Settings) -> str | None:
+    """The node's secret, from its file; None without one (an agent run as the
+    database's owner: tests, tools)."""
+    path = settings.agent.node_secret_file
+    return None if path is None else read_secret_file(path)
 
 
 def main() -> int:
     settings = Settings()
+    try:
+        node_secret = node_secret_of(settings)
+    except SecretFileProblem as exc:
+        print(f"corral agent: {exc}", file=sys.stderr, flush=True)
+        return 2
     state_dir = settings.state_dir  # (made when read: read once)
     try:
         sandbox, isolation_detail = choose_isolation(settings, state_dir)
@@ -136,4 +197,4 @@ def main() -> int:
             flush=True,
         )
         return 2
-    return run_service("agent", lambda: serve(settings, state_dir, sandbox, isolation_detail))
+    return run_service("agent", lambda: serve(settings, state_dir, sandbox, isolation_detail, node_secret))

@@ -20,10 +20,12 @@ here too, through the very same queries:
   ``image_pull_failed``, ``node_lost``...) and the tail of the pod's log.
 - **Logs**: each running pod's log is appended to its attempt's log file, the node
   agent's layout under ``CORRAL_AGENT_LOG_DIR``, recorded as ``log_path`` when the pod
-  runs, so the API serves and follows it unchanged and it outlives the pod
-  (``pod_logs.py``). An attempt's end is recorded once its log has been read to the end,
-  so a client following it gets the last lines. After a restart, the watch's first
-  list finds the running pods again and their followers resume where the files end.
+  runs, so it outlives the pod (``pod_logs.py``), and the launcher answers the API's
+  requests for it on the node's ``corral.logs.<node>`` as an agent would
+  (``task_logs.py``, ``app.run_on_kubernetes``). An attempt's end is recorded once its
+  log has been read to the end, so a client following it gets the last lines. After a
+  restart, the watch's first list finds the running pods again and their followers
+  resume where the files end.
 - **Reconcile**: periodically, the live attempts of its nodes against the pods: pods
   nobody expects are deleted, assignments not yet started are started, and attempts
   that should run but whose pod is gone are reported lost (and so retried).

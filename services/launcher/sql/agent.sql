@@ -1,3 +1,8 @@
+-- A node's part, as the Kubernetes runner plays it in the launcher (kubernetes/runner.py,
+-- reporting.py): claim, lease, reports. A node agent takes the same steps through its
+-- node's functions (migration 0025_service_roles.sql: launcher.node_*), which check the
+-- node's secret first; a change to one is a change to the other.
+
 -- name: claim_attempt
 -- Fenced claim: only the attempt's own node, only by the agent holding the node's live
 -- lease (epoch $3), only from ASSIGNED, only while nobody asked to stop it or its job. A second delivery of the same assignment finds nothing to
@@ -50,12 +55,6 @@ SET state = $3, exit_code = $4, signal = $5, reason = $6, classification = $7, f
 WHERE id = $1 AND node_id = $2 AND state IN ('STARTING', 'RUNNING')
 RETURNING job_id;
 
--- name: live_attempts_on_node
-SELECT a.id, a.job_id, a.generation, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role, a.task_index,
-       a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec
-FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
-WHERE a.node_id = $1 AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
-
 -- name: register_agent
 -- A (re)starting agent takes a new epoch: whatever an earlier incarnation held is fenced.
 -- It also says how it isolates tasks ($3, $4) and how many cores its machine has ($5).
@@ -71,6 +70,3 @@ RETURNING epoch;
 UPDATE launcher.agents SET lease_expires_at = now() + make_interval(secs => $3)
 WHERE node_id = $1 AND epoch = $2 AND lost_at IS NULL
 RETURNING epoch;
-
--- name: attempt_states
-SELECT id, state FROM launcher.attempts WHERE id = ANY($1::text[]);
