@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 import typer
 
@@ -49,10 +50,12 @@ def write_node_home(home: Path, joined: Joined) -> Path:
         "CORRAL_DATABASE_MIGRATE_ON_START": "false",  # (the control plane's owner migrates)
         "CORRAL_AGENT_NODE_SECRET_FILE": str(node_secret),
     }
-    if joined.nats.ca_pem:
-        ca_file = secrets_dir / "nats-ca.pem"
+    if joined.nats.ca_pem:  # the control plane's CA: its NATS's and Postgres's certificate
+        ca_file = secrets_dir / "ca.pem"
         ca_file.write_text(joined.nats.ca_pem)
         settings["CORRAL_NATS_CA_FILE"] = str(ca_file)
+        if "sslmode=verify" in joined.database.url:
+            settings["CORRAL_DATABASE_URL"] += f"&sslrootcert={quote(str(ca_file), safe='/')}"
     path = home / "node.env"  # (corral/local/node_home.py reads it)
     path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
     return path

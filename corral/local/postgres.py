@@ -2,8 +2,9 @@
 
 The binaries are Corral's own by default (``pg_install``). The cluster uses password
 authentication (SCRAM, for socket and TCP connections alike; the owner's password is
-kept in ``<dir>/password``, mode 0600) and listens on loopback only, and on a Unix
-socket. The services log in as roles of their own, with passwords of their own
+kept in ``<dir>/password``, mode 0600) and listens on loopback, and on a Unix socket;
+with ``host`` and ``tls`` (``CORRAL_PG_HOST``: node agents on other machines) also
+there, over TLS only. The services log in as roles of their own, with passwords of their own
 (``logins.py``); the owner's is for migrations, tools and tests.
 
 **Who runs it.** Postgres refuses to run as root. When we are root, the cluster belongs
@@ -39,12 +40,15 @@ from urllib.parse import quote
 from corral.local.pg_install import PostgresInstall, choose_install
 from corral.local.ports import check_port_free, child_output, wait_until_listening
 from corral.local.problems import StartupProblem
+from corral.local.tls import ServerTls
 
 # A Unix socket's path must fit in sockaddr_un's 108 bytes, NUL included.
 _MAX_SOCKET_PATH = 107
 DEFAULT_ACCOUNT = "corral-postgres"
 RELOCATED_ROOT = Path("/var/lib/corral/postgres")
 STEP = "Postgres"
+# The one role other machines may log in as: node agents (shared/db/credentials.py).
+REMOTE_ROLE = "corral_agent"
 _UNREACHABLE_HOME_FIX = (
     "set CORRAL_HOME to a directory that account can reach (such as one under /srv), "
     "or CORRAL_DATABASE_URL to an existing server"
@@ -73,6 +77,10 @@ class LocalPostgres:
     database: str = "corral"
     process: subprocess.Popen[bytes] | None = None
     install: PostgresInstall | None = None
+    # Where it listens besides loopback (other machines' node agents), and then only
+    # with TLS and a password (``_beyond_loopback``); loopback alone by default.
+    host: str = "127.0.0.1"
+    tls: ServerTls | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -259,7 +267,8 @@ class LocalPostgres:
                     "-p",
                     str(self.port),
                     "-c",
-                    "listen_addresses=127.0.0.1",
+                    f"listen_addresses={self._listen_addresses()}",
+                    *self._beyond_loopback(),
                     "-c",
                     # Quoted: the list is comma-separated and a home may hold spaces.
                     f'unix_socket_directories="{socket_dir}"' if socket_dir else "unix_socket_directories=",
@@ -281,8 +290,51 @@ class LocalPostgres:
             wait_until_listening(self.process, self.port, timeout_s, "postgres")
         except RuntimeError as exc:
             where = f"its log, {log_file}" if log_file else "its output"
+            said = log_file.read_text(errors="replace")[-2000:] if log_file and log_file.exists() else ""
+            if "SSL is not supported by this build" in said:
+                raise StartupProblem(
+                    STEP,
+                    f"{self.install.describe()} was built without TLS, which listening beyond loopback "
+                    "(CORRAL_PG_HOST) needs",
+                    "set CORRAL_PG_BINDIR to a PostgreSQL built with OpenSSL (Debian's postgresql package: "
+                    "/usr/lib/postgresql/<version>/bin), or unset CORRAL_PG_HOST",
+                ) from exc
             raise StartupProblem(STEP, f"{exc} ({self.install.describe()})", f"see {where}") from exc
         self._ensure_database()
+
+    def _listen_addresses(self) -> str:
+        if self.tls is None:
+            return "127.0.0.1"
+        return "*" if self.host == "0.0.0.0" else f"127.0.0.1,{self.host}"
+
+    def _beyond_loopback(self) -> list[str]:
+        """TLS on, with the stack's certificate (a copy the cluster's account owns, as
+        Postgres requires of its key), and from other machines only the node agents'
+        login, over TLS, with its password (``pg_hba.conf``: the first matching line
+        decides, and initdb's own lines cover loopback only): no other role, and nothing
+        without TLS."""
+        if self.tls is None:
+            return []
+        cert, key = self.data_dir / "server.crt", self.data_dir / "server.key"
+        shutil.copyfile(self.tls.cert_file, cert)
+        shutil.copyfile(self.tls.key_file, key)
+        key.chmod(0o600)
+        for path in (cert, key):
+            self._chown(path)
+        hba = self.data_dir / "pg_hba.conf"
+        lines = hba.read_text().splitlines()
+        for network in ("0.0.0.0/0", "::/0"):
+            remote = f"hostssl {self.database} {REMOTE_ROLE} {network} scram-sha-256"
+            if remote not in lines:
+                lines.append(remote)
+        hba.write_text("\n".join(lines) + "\n")
+        return ["-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}"]
+
+    def remote_url(self, address: str, *, user: str) -> str:
+        """The URL for ``user`` on another machine, which reaches this one at ``address``:
+        TLS, with this server's certificate checked against the CA the client is given
+        (``sslrootcert``, added where the CA file lies)."""
+        return f"postgresql://{user}@{address}:{self.port}/{self.database}?sslmode=verify-full"
 
     def _ensure_database(self) -> None:
         import asyncio

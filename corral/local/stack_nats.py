@@ -2,7 +2,8 @@
 
 ``make up`` runs NATS with authentication always (``bus_users``: a fresh password per
 service, node and the admin), and with TLS whenever it listens beyond loopback
-(``CORRAL_NATS_HOST``; a private CA in ``$CORRAL_HOME/nats/tls``, ``tls.py``). It makes
+(``CORRAL_NATS_HOST``; a private CA in ``$CORRAL_HOME/tls``, ``tls.py``, which the
+stack's Postgres shares when it listens beyond loopback too). It makes
 the streams itself, as the admin, before any service starts: services may only look at
 them (the monitor may also remake the in-memory metrics stream).
 """
@@ -35,7 +36,7 @@ class StackNats:
     def __init__(self, home: Path, port: int, host: str, services: Iterable[str], node_ids: Iterable[str]):
         self.home = home
         self._users = stack_users(home, services, node_ids)
-        tls = None if is_loopback(host) else server_tls(home / "nats" / "tls", host)
+        tls = None if is_loopback(host) else server_tls(home / "tls", host)
         self.server = LocalNats(home / "nats", port, host=host, users=list(self._users), tls=tls)
         self._watcher: MintedUsersWatcher | None = None
 

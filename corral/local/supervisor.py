@@ -27,7 +27,8 @@ from corral.local.logins import StackLogins, prepare_logins
 from corral.local.ports import check_port_free, free_ports
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
-from corral.local.stack_nats import StackNats
+from corral.local.stack_nats import StackNats, is_loopback
+from corral.local.tls import server_tls
 from shared.bus.identities import node_user
 
 # (name, module). The exporter and agent together are "the node" on this machine.
@@ -64,6 +65,9 @@ class StackConfig:
     database_url: str | None = None
     nats_url: str | None = None
     pg_port: int = 5433
+    # Where the stack's own Postgres listens besides loopback (other machines' node
+    # agents): then with TLS only.
+    pg_host: str = "127.0.0.1"
     nats_port: int = 4222
     # Where the stack's own NATS listens: beyond loopback (other machines' nodes), it
     # speaks only TLS.
@@ -86,6 +90,7 @@ class StackConfig:
             database_url=env.get("CORRAL_DATABASE_URL") or None,
             nats_url=env.get("CORRAL_NATS_URL") or None,
             pg_port=_port(env, "CORRAL_PG_PORT", 5433),
+            pg_host=env.get("CORRAL_PG_HOST") or "127.0.0.1",
             nats_port=_port(env, "CORRAL_NATS_PORT", 4222),
             nats_host=env.get("CORRAL_NATS_HOST") or "127.0.0.1",
             simulated_gpus=_whole_number(env, "CORRAL_SIMULATED_GPUS", 8, 0, 64),
@@ -195,7 +200,9 @@ class Supervisor:
         home = self.config.home
         database_url = self.config.database_url
         if database_url is None:
-            self.postgres = LocalPostgres(home / "postgres", self.config.pg_port)
+            host = self.config.pg_host
+            tls = None if is_loopback(host) else server_tls(home / "tls", host)
+            self.postgres = LocalPostgres(home / "postgres", self.config.pg_port, host=host, tls=tls)
             self.postgres.start(log_file=home / "logs" / "postgres.log")
             database_url = self.postgres.local_url()  # the owner's: the supervisor's alone
             self.logins = prepare_logins(self.postgres, home, self.config.services, self.config.node_ids())
@@ -236,9 +243,15 @@ class Supervisor:
         ``CORRAL_API_JOIN_*`` (the address other machines reach) wins."""
         if self.nats is None or self.logins is None or "agent" not in self.logins.urls:
             return {}
+        database_url = self.logins.urls["agent"]  # (this machine's socket: nodes beside it)
+        if self.postgres is not None and self.postgres.tls is not None:
+            host = self.config.pg_host
+            database_url = self.postgres.remote_url(
+                "127.0.0.1" if host == "0.0.0.0" else host, user="corral_agent"
+            )
         env = {
             "CORRAL_API_JOIN_NATS_URL": self.nats.url,
-            "CORRAL_API_JOIN_DATABASE_URL": self.logins.urls["agent"],
+            "CORRAL_API_JOIN_DATABASE_URL": database_url,
             "CORRAL_API_JOIN_AGENT_PASSWORD_FILE": self.logins.env_for("agent", "")[
                 "CORRAL_DATABASE_PASSWORD_FILE"
             ],

@@ -1,6 +1,7 @@
-"""A private CA and a server certificate for the stack's NATS when it listens beyond
-loopback (``CORRAL_NATS_HOST``): made once per ``CORRAL_HOME`` and kept, so nodes that
-joined keep trusting it across restarts. Only the CA's certificate leaves the machine
+"""A private CA and a server certificate for the stack's NATS and Postgres when they
+listen beyond loopback (``CORRAL_NATS_HOST``, ``CORRAL_PG_HOST``; one certificate for
+the machine's one address): made once per ``CORRAL_HOME`` and kept, so nodes that joined
+keep trusting it across restarts. Only the CA's certificate leaves the machine
 (a node's join answer carries it); the keys stay here, 0600.
 """
 

@@ -147,6 +147,16 @@ def test_a_database_of_another_postgres_version_is_refused_untouched(tmp_path: P
     assert sorted(p.name for p in data.iterdir()) == ["PG_VERSION"]
 
 
+def test_postgres_beyond_loopback_without_tls_is_refused_with_its_fix(tmp_path: Path) -> None:
+    """The PostgreSQL Corral ships has no TLS: listening beyond loopback with it is
+    refused, saying which build to use instead."""
+    (cause, fix) = _refusal(
+        _up({"CORRAL_PG_PORT": str(free_port()), "CORRAL_PG_HOST": "0.0.0.0"}, tmp_path / "home")
+    )
+    assert "was built without TLS, which listening beyond loopback (CORRAL_PG_HOST) needs" in cause
+    assert "CORRAL_PG_BINDIR" in fix
+
+
 def test_a_home_that_cannot_be_made_is_named(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")
     (cause, fix) = _refusal(_up({}, tmp_path / "a-file" / "home"))

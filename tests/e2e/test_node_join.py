@@ -1,6 +1,7 @@
 """A second machine joins as a node with a one-time token, runs work with nothing shared
 but the network, and is cut off when removed: two homes on this machine, real processes,
-the control plane's own Postgres and NATS (over TLS, as it listens beyond loopback)."""
+the control plane's own Postgres and NATS (both over TLS, as they listen beyond
+loopback)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ from shared.bus.nats import NatsBus
 from shared.bus.protocol import ConsumerConfig
 from shared.settings import NatsSettings
 from tests.e2e.stack import FAST_LOOPS, HOLD, Stack, corral, submit, wait_state
+
+
+def _postgres_with_tls() -> Path | None:
+    """A PostgreSQL built with OpenSSL on this machine (Debian's), for a control plane
+    whose Postgres listens beyond loopback; the one Corral ships has no TLS."""
+    for bindir in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        config = bindir / "pg_config"
+        if (
+            config.exists()
+            and "--with-openssl"
+            in subprocess.run([config, "--configure"], capture_output=True, text=True).stdout
+        ):
+            return bindir
+    return None
 
 
 def _node_env(home: Path) -> dict[str, str]:
@@ -63,9 +78,13 @@ async def test_a_machine_joins_with_a_token_runs_work_and_is_cut_off_when_remove
     control = {
         "CORRAL_PG_PORT": str(free_port()),
         "CORRAL_NATS_PORT": str(free_port()),
-        "CORRAL_NATS_HOST": "0.0.0.0",  # beyond loopback: TLS
+        # Beyond loopback, as for a machine elsewhere: TLS, with the stack's CA.
+        "CORRAL_NATS_HOST": "0.0.0.0",
         "CORRAL_SIMULATED_GPUS": "1",
     }
+    postgres_tls = _postgres_with_tls()
+    if postgres_tls is not None:  # (else the node reaches Postgres through its socket)
+        control |= {"CORRAL_PG_HOST": "0.0.0.0", "CORRAL_PG_BINDIR": str(postgres_tls)}
     far_home = tmp_path / "far"
     async with Stack(tmp_path / "control", control).running() as stack, stack.client() as http:
         made = corral(stack, "join-token", "--json")
@@ -78,6 +97,11 @@ async def test_a_machine_joins_with_a_token_runs_work_and_is_cut_off_when_remove
         settings = (far_home / "node.env").read_text()
         assert "CORRAL_NATS_URL=tls://" in settings
         assert "CORRAL_NATS_CA_FILE=" in settings
+        # The node agents' login over TCP, the server's certificate checked against the CA
+        database_url = next(line for line in settings.splitlines() if line.startswith("CORRAL_DATABASE_URL="))
+        if postgres_tls is not None:
+            assert "@127.0.0.1:" in database_url
+            assert "sslmode=verify-full&sslrootcert=" in database_url
         for secret in (far_home / "credentials").iterdir():
             if secret.suffix != ".pem":
                 assert secret.stat().st_mode & 0o777 == 0o600, secret
