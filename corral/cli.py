@@ -19,9 +19,12 @@ traceback.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import runpy
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -29,10 +32,14 @@ import typer
 from corral.commands import alerts, events, jobs, login, membership, nodes, tenants, vcs, webhooks
 from corral.commands.errors import INTERRUPTED, UsageProblem, exit_code, message
 from corral.commands.session import Options
+from corral.local.bus_users import chart_authorization
 from corral.local.node_home import apply_node_env
 from corral.local.problems import StartupProblem
-from corral.local.supervisor import SERVICES, StackConfig, Supervisor
+from corral.local.supervisor import NODE_SERVICES, SERVICES, StackConfig, Supervisor
 from corral.sdk import CorralError
+from shared.bus.nats import NatsBus
+from shared.bus.streams import STREAMS
+from shared.settings import NatsSettings
 
 API_COMMANDS = (login, jobs, vcs, nodes, membership, alerts, webhooks, events, tenants)
 
@@ -76,6 +83,32 @@ def build() -> typer.Typer:
             print(f"corral up: {problem}", file=sys.stderr)
             code = 1
         raise typer.Exit(code)
+
+    @app.command("nats-authorization")
+    def nats_authorization(
+        passwords: Annotated[
+            Path, typer.Option("--passwords", help="a directory of one password file per user")
+        ],
+    ) -> None:
+        """Print values for NATS's chart admitting each service with its permissions (a
+        Kubernetes cluster: deploy/README.md); missing passwords are made, 0600."""
+        services = [name for name, _ in SERVICES if name not in NODE_SERVICES]
+        print(json.dumps(chart_authorization(passwords, services), indent=1))
+
+    @app.command("ensure-streams")
+    def ensure_streams() -> None:
+        """Make or update Corral's JetStream streams, as the bus identity the environment
+        names (the admin: services may only look at them)."""
+
+        async def ensure() -> None:
+            bus = await NatsBus.connect(NatsSettings(), name="corral-ensure-streams")
+            try:
+                await bus.ensure_streams()
+            finally:
+                await bus.close()
+
+        asyncio.run(ensure())
+        print("streams ready: " + ", ".join(spec.name for spec in STREAMS))
 
     for name, module in SERVICES:
         app.command(name, help=f"Run the {name} service in the foreground.")(_service(module))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import asyncpg
 
-from corral.local.nats import NatsUser
+from corral.local.nats import NatsUser, user_entry
 from shared.bus.credentials import new_secret, password_hash
 from shared.bus.identities import (
     ADMIN,
@@ -72,6 +72,21 @@ def stack_users(home: Path, services: Iterable[str], node_ids: Iterable[str]) ->
         write_secret(password_file(home, user), secret)
         users.append(NatsUser(user, password_hash(secret), permissions))
     return users
+
+
+def chart_authorization(password_dir: Path, services: Iterable[str]) -> dict[str, object]:
+    """Values for NATS's official chart (``config.merge``) admitting the admin and each of
+    ``services`` with its permissions, from the passwords in ``password_dir`` (one file
+    per user, made 0600 where missing): what each service's Secret then holds."""
+    password_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    wanted = [(ADMIN, ADMIN_PERMISSIONS), *((service, service_permissions(service)) for service in services)]
+    users = []
+    for user, permissions in wanted:
+        path = password_dir / user
+        if not path.exists():
+            write_secret(path, new_secret())
+        users.append(NatsUser(user, password_hash(path.read_text().strip()), permissions))
+    return {"config": {"merge": {"authorization": {"users": [user_entry(u) for u in users]}}}}
 
 
 MINTED = """

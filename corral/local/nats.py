@@ -42,7 +42,7 @@ class NatsUser:
     permissions: BusPermissions
 
 
-def _user_entry(user: NatsUser) -> dict[str, object]:
+def user_entry(user: NatsUser) -> dict[str, object]:
     permissions: dict[str, object] = {
         "publish": {"allow": list(user.permissions.publish)},
         "subscribe": {"allow": list(user.permissions.subscribe)},
@@ -69,7 +69,7 @@ def render_config(
         "max_pending": 268435456,
     }
     if users is not None:
-        config["authorization"] = {"users": [_user_entry(u) for u in users]}
+        config["authorization"] = {"users": [user_entry(u) for u in users]}
     if tls is not None:
         config["tls"] = {"cert_file": str(tls.cert_file), "key_file": str(tls.key_file), "timeout": 5}
     return json.dumps(config, indent=1) + "\n"

@@ -27,6 +27,7 @@ from shared.aio import raise_if_cancelling
 from shared.bus.identities import inbox_prefix
 from shared.bus.protocol import ConsumerConfig, Delivery, Subscription
 from shared.bus.streams import STREAMS, StreamSpec
+from shared.db.credentials import SecretFileProblem, read_secret_file
 from shared.errors import TransientError
 from shared.settings import NatsSettings
 
@@ -80,14 +81,14 @@ class _ConnectionLog:
 
 
 def _password(settings: NatsSettings) -> str | None:
+    """The password in its file, which only its owner may read (as for Postgres's)."""
     if settings.password_file is None:
         return None
     try:
-        return settings.password_file.read_text().strip()
-    except OSError as exc:
+        return read_secret_file(settings.password_file)
+    except SecretFileProblem as exc:
         raise TransientError(
-            f"cannot read the NATS password file {settings.password_file} ({exc.strerror}); "
-            "fix CORRAL_NATS_PASSWORD_FILE"
+            f"cannot read the NATS password file: {exc}; fix CORRAL_NATS_PASSWORD_FILE"
         ) from exc
 
 

@@ -45,7 +45,12 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "PodMonitor")}
 EXTERNAL = {
     "dev": {"Secret": {"corral-db-app", "corral-alerter-routing"}, "ConfigMap": {"corral-alert-rules"}},
     "production": {
-        "Secret": {"corral-db-app", "corral-admin-token", "corral-alerter-routing"},
+        "Secret": {
+            "corral-db-app",
+            "corral-admin-token",
+            "corral-alerter-routing",
+            *(f"corral-nats-{service}" for service in ("api", "scheduler", "launcher", "monitor", "alerter")),
+        },
         "ConfigMap": {"corral-alert-rules"},
     },
 }

@@ -7,9 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import bcrypt
 import nats
 import nats.errors
 import pytest
@@ -17,7 +21,7 @@ import trustme
 from nats.aio.client import Client
 from nats.js import api
 
-from corral.local.bus_users import password_file, stack_users, write_secret
+from corral.local.bus_users import chart_authorization, password_file, stack_users, write_secret
 from corral.local.nats import LocalNats, NatsUser
 from corral.local.ports import free_port
 from corral.local.stack_nats import StackNats
@@ -35,6 +39,7 @@ from shared.bus.identities import (
     inbox_prefix,
     integrator_permissions,
     node_user,
+    service_permissions,
 )
 from shared.bus.nats import NatsBus
 from shared.bus.protocol import ConsumerConfig
@@ -171,7 +176,7 @@ async def test_a_connection_without_or_with_wrong_credentials_is_refused(
         ("api", publish("corral.job.scheduled.job-1")),  # a scheduler decision
         ("api", publish("corral.task.assigned.a")),
         ("scheduler", publish("corral.task.assigned.a")),
-        ("scheduler", publish("corral.job.submitted.job-1")),
+        ("scheduler", publish("corral.job.cancel_requested.job-1")),  # (job.submitted: MAY_PRECEDE)
         ("launcher", publish("corral.job.scheduled.job-1")),
         ("monitor", publish("corral.job.succeeded.job-1")),
         ("alerter", publish("corral.job.cancel_requested.job-1")),
@@ -344,3 +349,45 @@ def test_the_stack_turns_tls_on_when_nats_listens_beyond_loopback(tmp_path: Path
     finally:
         stack.stop()
     assert StackNats(tmp_path / "again", free_port(), "127.0.0.1", ["api"], []).server.tls is None
+
+
+def test_the_chart_values_admit_each_service_with_its_own_password(tmp_path: Path) -> None:
+    """``corral nats-authorization`` (a Kubernetes cluster's NATS): bcrypt hashes of the
+    passwords in the directory, each service's permissions; a second run keeps them."""
+    passwords = tmp_path / "nats-passwords"
+    values = chart_authorization(passwords, SERVICES)
+    users = values["config"]["merge"]["authorization"]["users"]  # type: ignore[index]
+    assert [u["user"] for u in users] == [ADMIN, *SERVICES]
+    for user in users:
+        password = passwords / user["user"]
+        assert password.stat().st_mode & 0o777 == 0o600
+        assert bcrypt.checkpw(password.read_text().strip().encode(), user["password"].encode())
+    api = next(u for u in users if u["user"] == "api")
+    assert api["permissions"]["publish"]["allow"] == list(service_permissions("api").publish)
+    before = (passwords / "api").read_text()
+    chart_authorization(passwords, SERVICES)
+    assert (passwords / "api").read_text() == before
+
+
+async def test_only_the_admin_may_make_the_streams(secured: tuple[LocalNats, Path]) -> None:
+    """`corral ensure-streams` as the admin works; a service may not change a stream (a
+    stolen one cannot shorten the history integrators replay)."""
+    server, home = secured
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")},
+        "CORRAL_NATS_URL": server.url,
+        "CORRAL_NATS_USER": ADMIN,
+        "CORRAL_NATS_PASSWORD_FILE": str(password_file(home, ADMIN)),
+    }
+    command = [sys.executable, "-m", "corral", "ensure-streams"]
+    made = await asyncio.to_thread(
+        subprocess.run, command, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    assert "streams ready: CORRAL_JOBS" in made.stdout
+
+    async with connected(server, home, "api") as client:
+        info = await client.nc.jetstream().stream_info("CORRAL_JOBS")
+        shorter = info.config.evolve(max_age=1.0)
+        refusal = await client.refused(lambda nc: nc.jetstream(timeout=0.5).update_stream(shorter))
+    assert "permissions violation" in refusal
