@@ -233,7 +233,18 @@ class NatsBus:
 
     async def ensure_streams(self) -> None:
         for spec in STREAMS:
-            await self._ensure_stream(spec)
+            try:
+                await self._ensure_stream(spec)
+            except nats.errors.TimeoutError:
+                if not spec.in_memory:
+                    raise
+                # The in-memory metrics stream is gone after a NATS restart until its
+                # reader (the monitor) makes it again, and an identity that may not make
+                # streams (a node's exporter) gets no answer: its heartbeats still reach
+                # the monitor on core NATS meanwhile, so this is no reason to stop.
+                log.warning(
+                    "stream %s is missing and this identity may not make it; the monitor will", spec.name
+                )
 
     async def _ensure_stream(self, spec: StreamSpec) -> None:
         config = api.StreamConfig(

@@ -16,6 +16,7 @@ from pathlib import Path
 import bcrypt
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 import trustme
 from nats.aio.client import Client
@@ -391,3 +392,23 @@ async def test_only_the_admin_may_make_the_streams(secured: tuple[LocalNats, Pat
         shorter = info.config.evolve(max_age=1.0)
         refusal = await client.refused(lambda nc: nc.jetstream(timeout=0.5).update_stream(shorter))
     assert "permissions violation" in refusal
+
+
+async def test_a_node_finds_the_metrics_stream_gone_and_carries_on(secured: tuple[LocalNats, Path]) -> None:
+    """After a NATS restart the in-memory metrics stream is gone until the monitor makes
+    it again; a node's exporter starting meanwhile may not make it, and must not stop."""
+    server, home = secured
+    admin = await NatsBus.connect(settings(server, home, ADMIN))
+    node = await NatsBus.connect(settings(server, home, node_user("a")))
+    try:
+        await admin.js.delete_stream("CORRAL_METRICS")
+        await node.ensure_streams()  # (warns, does not raise)
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await node.js.stream_info("CORRAL_METRICS")
+        monitor = await NatsBus.connect(settings(server, home, "monitor"))
+        await monitor.ensure_streams()  # the monitor may, and does
+        await monitor.close()
+        assert (await node.js.stream_info("CORRAL_METRICS")).config.name == "CORRAL_METRICS"
+    finally:
+        await node.close()
+        await admin.close()
