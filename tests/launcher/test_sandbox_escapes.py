@@ -187,3 +187,25 @@ def test_a_readable_checkout_in_a_private_directory_under_tmp(tmp_path: Path) ->
         opened.close()
     assert "print('from the checkout')" in said, said
     assert "Read-only file system" in said, said
+
+
+def test_a_mount_inside_a_readable_path_is_there_too_and_read_only(tmp_path: Path) -> None:
+    """A readable path brings the mounts inside it (as a GPU host's driver, mounted at
+    /usr/local/nvidia inside /usr), read-only like the rest: a plain bind would show the
+    empty directory beneath instead."""
+    readable = tmp_path / "private" / "opt"
+    driver = readable / "nvidia"
+    driver.mkdir(parents=True)
+    (tmp_path / "private").chmod(0o700)  # so the path needs a mount of its own
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs", str(driver)], check=True)
+    try:
+        (driver / "libcuda.so.1").write_text("the driver\n")
+        opened = sandbox_for_tests(tmp_path, readable=(readable,))
+        try:
+            said = _run(opened, tmp_path, f"cat '{driver}/libcuda.so.1'; touch '{driver}/x' 2>&1 | head -1")
+        finally:
+            opened.close()
+    finally:
+        subprocess.run(["umount", str(driver)], check=True)
+    assert "the driver" in said, said
+    assert "Read-only file system" in said, said

@@ -195,20 +195,26 @@ static void tmpfs(const char *target, const char *options) {
 }
 
 /* A detached copy of the mount at ``path`` (taken before anything is hidden), to be
- * attached later with ``attach``: a bind that still works once ``path`` is covered. */
+ * attached later with ``attach``: a bind that still works once ``path`` is covered.
+ * With the mounts inside it (a recursive bind): a GPU host's driver often lies on a
+ * mount of its own inside a readable path (/usr/local/nvidia), and a plain bind would
+ * cover it with the empty directory beneath. */
 static int clone_tree(const char *path) {
-    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (fd < 0) die(path);
     return fd;
 }
 
 static void attach(int tree, const char *target, int read_only) {
     mkdirs(target);
-    /* The copy has the flags of the read-only root it came from: make it writable. */
+    /* The copy has the flags of the read-only root it came from: make it writable (its
+     * top only: a mount inside a writable path stays read-only), or read-only to the
+     * last mount inside it. */
     struct mount_attr attr = {0};
     attr.attr_set = MOUNT_ATTR_NOSUID | (read_only ? MOUNT_ATTR_RDONLY : 0);
     attr.attr_clr = read_only ? 0 : MOUNT_ATTR_RDONLY;
-    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) die(target);
+    int depth = read_only ? AT_RECURSIVE : 0;
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | depth, &attr, sizeof attr) < 0) die(target);
     if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(target);
     close(tree);
 }
