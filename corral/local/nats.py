@@ -62,7 +62,13 @@ def render_config(
         "host": host,
         "port": port,
         "server_name": f"corral-{port}",
-        "jetstream": {"store_dir": str(directory)},
+        # Every write reaches the disk before it is acknowledged. The default (an fsync
+        # every two minutes) can lose acknowledged messages when the machine, not only
+        # the server, goes down; and this store is the only copy. The outbox marks a
+        # row sent on the publish's acknowledgement, so a lost message would never be
+        # published again: the job itself is safe in Postgres, but webhook deliveries and
+        # SSE replays are fed from the stream. docs/architecture.md gives the cost.
+        "jetstream": {"store_dir": str(directory), "sync_interval": "always"},
         # A monitor that is briefly busy must not be cut off as a slow consumer while a
         # whole cluster's heartbeats (megabytes a second) wait for it: 256 MiB of slack
         # per connection instead of the default 64.
