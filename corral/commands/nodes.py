@@ -143,16 +143,33 @@ def register(app: typer.Typer) -> None:
 
     @app.command("services")
     def services(ctx: typer.Context, json_: JsonFlag = False) -> None:
-        """List Corral's service instances and when each was last heard."""
+        """List Corral's service instances and when each was last heard; under make up,
+        also what its supervisor keeps alive (Postgres and NATS too): state, restarts, last exit."""
         with client(ctx) as api:
-            items = api.list_services()
+            overview = api.services_overview()
         if json_:
-            echo_json(items)
+            echo_json(overview)
             return
         echo_table(
             ["SERVICE", "INSTANCE", "PID", "STARTED (UTC)", "LAST HEARD"],
             [
                 [i.service, i.instance_id, str(i.pid), when(i.started_at), f"{i.silent_s:.0f}s ago"]
-                for i in items
+                for i in overview.items
             ],
         )
+        if overview.supervised:
+            typer.echo("")
+            echo_table(
+                ["SUPERVISED", "KIND", "STATE", "PID", "RESTARTS", "LAST EXIT"],
+                [
+                    [
+                        p.name,
+                        p.kind,
+                        p.state,
+                        "-" if p.pid is None else str(p.pid),
+                        str(p.restarts),
+                        "-" if p.last_exit is None else f"{p.last_exit} at {when(p.last_exit_at)}",
+                    ]
+                    for p in overview.supervised
+                ],
+            )

@@ -143,7 +143,8 @@ class MintedUsersWatcher(threading.Thread):
     def look_once(self) -> None:
         try:
             minted = asyncio.run(fetch_minted(self._database_url))
-        except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        # (Postgres down or restarting: the supervisor brings it back; keep looking.)
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("could not read the minted NATS credentials (%s); keeping the last", exc)
             return
         if minted != self._last:

@@ -40,6 +40,7 @@ from urllib.parse import quote
 from corral.local.pg_install import PostgresInstall, choose_install
 from corral.local.ports import check_port_free, child_output, wait_until_listening
 from corral.local.problems import StartupProblem
+from corral.local.server_logs import POSTGRES_FATAL, damaged_store_fix, last_line_saying, log_since, log_size
 from corral.local.tls import ServerTls
 
 # A Unix socket's path must fit in sockaddr_un's 108 bytes, NUL included.
@@ -81,6 +82,7 @@ class LocalPostgres:
     # with TLS and a password (``_beyond_loopback``); loopback alone by default.
     host: str = "127.0.0.1"
     tls: ServerTls | None = None
+    log_file: Path | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -207,6 +209,13 @@ class LocalPostgres:
         self.install = self._runnable(choose_install(self.data_dir if self.data_dir.exists() else None))
         if (self.data_dir / "PG_VERSION").exists():
             return
+        if self.data_dir.is_dir() and any(self.data_dir.iterdir()):
+            raise StartupProblem(
+                STEP,
+                f"{self.data_dir} holds files but no PG_VERSION: it is not a whole Postgres data "
+                "directory (damaged, or half copied), and Corral will not make a new one over it",
+                damaged_store_fix(self.data_dir, "database (every job in the old one is lost)"),
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         password_file = self.directory / "password"
         if not password_file.exists():
@@ -252,6 +261,8 @@ class LocalPostgres:
 
     def start(self, *, log_file: Path | None = None, timeout_s: float = 30.0) -> None:
         check_port_free(self.port, STEP, "CORRAL_PG_PORT")
+        self.log_file = log_file
+        log_from = log_size(log_file)
         self.init()
         assert self.install is not None
         socket_dir = self.socket_dir
@@ -290,7 +301,7 @@ class LocalPostgres:
             wait_until_listening(self.process, self.port, timeout_s, "postgres")
         except RuntimeError as exc:
             where = f"its log, {log_file}" if log_file else "its output"
-            said = log_file.read_text(errors="replace")[-2000:] if log_file and log_file.exists() else ""
+            said = log_since(log_file, log_from)
             if "SSL is not supported by this build" in said:
                 raise StartupProblem(
                     STEP,
@@ -299,8 +310,21 @@ class LocalPostgres:
                     "set CORRAL_PG_BINDIR to a PostgreSQL built with OpenSSL (Debian's postgresql package: "
                     "/usr/lib/postgresql/<version>/bin), or unset CORRAL_PG_HOST",
                 ) from exc
+            fatal = last_line_saying(said, POSTGRES_FATAL)
+            if fatal is not None:
+                raise StartupProblem(
+                    STEP,
+                    f"Postgres could not start on {self.data_dir}: {fatal}",
+                    f"see {where}; if it says the data directory is damaged, "
+                    + damaged_store_fix(self.data_dir, "database (every job in the old one is lost)"),
+                ) from exc
             raise StartupProblem(STEP, f"{exc} ({self.install.describe()})", f"see {where}") from exc
         self._ensure_database()
+
+    def start_again(self) -> None:
+        """After a crash (the supervisor has killed what was left of the old server):
+        the same data directory, which Postgres recovers from its WAL."""
+        self.start(log_file=self.log_file)
 
     def _listen_addresses(self) -> str:
         if self.tls is None:

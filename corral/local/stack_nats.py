@@ -17,10 +17,18 @@ from pathlib import Path
 
 from corral.local.bus_users import MintedUsers, MintedUsersWatcher, password_file, stack_users
 from corral.local.nats import LocalNats
+from corral.local.problems import StartupProblem
+from corral.local.server_logs import NATS_FATAL, last_line_saying, log_since, log_size
 from corral.local.tls import server_tls
 from shared.bus.identities import ADMIN
 from shared.bus.nats import NatsBus
 from shared.settings import NatsSettings
+
+# Events are notifications: every job is in Postgres, and each service catches up from it.
+_STORE_FIX = (
+    "move it aside (mv {store} {store}.damaged) and start again: the streams are made anew, and no "
+    "job is lost (Postgres holds them all); integrators' durable consumers start over"
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -39,6 +47,7 @@ class StackNats:
         tls = None if is_loopback(host) else server_tls(home / "tls", host)
         self.server = LocalNats(home / "nats", port, host=host, users=list(self._users), tls=tls)
         self._watcher: MintedUsersWatcher | None = None
+        self.log_file: Path | None = None
 
     @property
     def url(self) -> str:
@@ -65,16 +74,59 @@ class StackNats:
         return env
 
     def start(self, log_file: Path) -> None:
-        self.server.start(log_file=log_file)
-        asyncio.run(self._ensure_streams())
+        """Start it, refuse a store it cannot use (``server_logs.py``), make the streams."""
+        self.log_file = log_file
+        offset = log_size(log_file)
+        try:
+            self.server.start(log_file=log_file)
+        except (OSError, RuntimeError) as exc:
+            said = last_line_saying(log_since(log_file, offset), NATS_FATAL)
+            raise StartupProblem(
+                "NATS",
+                f"nats-server could not start with its JetStream store {self.store}: {said or exc}",
+                f"see its log, {log_file}; if it refuses the store, {_STORE_FIX.format(store=self.store)}",
+            ) from exc
+        try:
+            asyncio.run(self._ensure_streams())
+        except StartupProblem:
+            self.server.stop()
+            raise
         # For an operator's tools and tests: where the stack's NATS is, and how to reach
         # it as the admin (with the admin password file beside the others).
         (self.home / "run").mkdir(parents=True, exist_ok=True)
         (self.home / "run" / "nats-url").write_text(self.url + "\n")
 
+    def start_again(self) -> None:
+        """After a crash: the same store (streams and consumers are on disk), the users
+        admitted now, the in-memory metrics stream made anew."""
+        assert self.log_file is not None, "started once before"
+        self.start(self.log_file)
+
+    @property
+    def store(self) -> Path:
+        return self.server.directory / "jetstream"
+
+    def _streams_on_disk(self) -> set[str]:
+        # Users of the configuration file share NATS' global account, "$G".
+        streams = self.store / "$G" / "streams"
+        return {path.name for path in streams.iterdir() if path.is_dir()} if streams.is_dir() else set()
+
     async def _ensure_streams(self) -> None:
         bus = await NatsBus.connect(self.settings_for(ADMIN), name="corral-supervisor")
         try:
+            # NATS skips a stream whose files it cannot read (a warning in its log) and
+            # starts without it; making it anew would silently put an empty stream over
+            # what is on disk.
+            loaded = {info.config.name for info in await bus.js.streams_info()}
+            dropped = sorted(self._streams_on_disk() - loaded)
+            if dropped:
+                where = self.store / "$G" / "streams" / dropped[0]
+                raise StartupProblem(
+                    "NATS",
+                    f"nats-server did not load the stream {dropped[0]} from {where} (its log, "
+                    f"{self.log_file}, says why), and Corral will not make it anew over it",
+                    _STORE_FIX.format(store=self.store),
+                )
             await bus.ensure_streams()
         finally:
             await bus.close()

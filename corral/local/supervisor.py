@@ -4,10 +4,13 @@ Start order: Postgres and NATS (unless ``CORRAL_DATABASE_URL`` / ``CORRAL_NATS_U
 name existing ones; on the stack's own Postgres, the migrations and each service's login
 and each node's secret: ``logins.py``), then every service as its own ``python -m``
 process with its output in ``$CORRAL_HOME/logs/services/<name>.log`` and its pid in
-``$CORRAL_HOME/run/``. A service that exits is restarted with a growing delay (reset
-once it stays up). SIGINT or SIGTERM stops the services (SIGTERM, then SIGKILL after a
-grace period), then the servers. All state lives in ``$CORRAL_HOME``, so the next
-``make up`` finds every job where it was left.
+``$CORRAL_HOME/run/``. A service or server that exits is restarted with a growing delay
+(``supervised.py``): Postgres into crash recovery on its data directory, NATS on its
+JetStream store. What each is doing, its restarts and last exit are in
+``run/supervisor.json`` (the API's services view and ``corral services`` show it).
+SIGINT or SIGTERM stops the services (SIGTERM, then SIGKILL after a grace period), then
+the servers. All state lives in ``$CORRAL_HOME``, so the next ``make up`` finds every job
+where it was left.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -28,6 +31,14 @@ from corral.local.ports import check_port_free, free_ports
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
 from corral.local.stack_nats import StackNats, is_loopback
+from corral.local.supervised import (
+    ManagedServer,
+    ManagedService,
+    Supervised,
+    describe_exit,
+    kill_process_group,
+)
+from corral.local.supervisor_state import write_state
 from corral.local.tls import server_tls
 from shared.bus.identities import node_user
 
@@ -137,53 +148,6 @@ def _services(listed: str) -> tuple[str, ...]:
     return wanted or tuple(known)
 
 
-@dataclass
-class ManagedProcess:
-    name: str
-    module: str
-    env: dict[str, str]
-    log_path: Path
-    pid_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    restarts: int = 0
-    next_start: float = 0.0
-    _log: IO[bytes] | None = None
-
-    def start(self) -> None:
-        self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", self.module],
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        self.started_at = time.monotonic()
-        self.pid_path.write_text(f"{self.process.pid}\n")
-
-    def exited(self) -> int | None:
-        return None if self.process is None else self.process.poll()
-
-    def schedule_restart(self) -> float:
-        # Back off 0.5, 1, 2, ... 10 s; a process that stayed up a minute starts afresh.
-        if time.monotonic() - self.started_at > 60:
-            self.restarts = 0
-        delay = min(10.0, 0.5 * 2.0**self.restarts)
-        self.restarts += 1
-        self.next_start = time.monotonic() + delay
-        return delay
-
-    def signal(self, sig: int) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-
-    def close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-
 class Supervisor:
     def __init__(self, config: StackConfig, *, out: IO[str] = sys.stdout) -> None:
         self.config = config
@@ -191,7 +155,8 @@ class Supervisor:
         self.postgres: LocalPostgres | None = None
         self.nats: StackNats | None = None
         self.logins: StackLogins | None = None
-        self.processes: list[ManagedProcess] = []
+        self.processes: list[ManagedService] = []
+        self.servers: list[ManagedServer] = []
         self._stopping = False
 
     # --- servers ---------------------------------------------------------------------
@@ -204,6 +169,7 @@ class Supervisor:
             tls = None if is_loopback(host) else server_tls(home / "tls", host)
             self.postgres = LocalPostgres(home / "postgres", self.config.pg_port, host=host, tls=tls)
             self.postgres.start(log_file=home / "logs" / "postgres.log")
+            self._supervise_server("postgres", self.postgres.start_again, lambda: self._postgres_process())
             database_url = self.postgres.local_url()  # the owner's: the supervisor's alone
             self.logins = prepare_logins(self.postgres, home, self.config.services, self.config.node_ids())
         nats_url = self.config.nats_url
@@ -213,15 +179,40 @@ class Supervisor:
             self.nats = StackNats(
                 home, self.config.nats_port, self.config.nats_host, services, self.config.node_ids()
             )
-            try:
-                self.nats.start(log_file=home / "logs" / "nats.log")
-            except (OSError, RuntimeError) as exc:
-                raise StartupProblem(
-                    "NATS", str(exc), f"see its log, {home / 'logs' / 'nats.log'}; or set CORRAL_NATS_URL"
-                ) from exc
+            self.nats.start(log_file=home / "logs" / "nats.log")
             self.nats.follow_minted(database_url)
+            self._supervise_server("nats-server", self.nats.start_again, lambda: self._nats_process())
             nats_url = self.nats.url
         return database_url, nats_url
+
+    def _postgres_process(self) -> subprocess.Popen[bytes] | None:
+        return None if self.postgres is None else self.postgres.process
+
+    def _nats_process(self) -> subprocess.Popen[bytes] | None:
+        return None if self.nats is None else self.nats.server.process
+
+    def _supervise_server(
+        self, name: str, begin: Callable[[], None], process: Callable[[], subprocess.Popen[bytes] | None]
+    ) -> None:
+        """Watch a server started just now: restarted through ``begin`` when it dies,
+        after what its crash left in its process group is killed."""
+        home = self.config.home
+        (home / "run").mkdir(parents=True, exist_ok=True)
+        server = ManagedServer(
+            name,
+            "server",
+            home / "logs" / ("nats.log" if name == "nats-server" else f"{name}.log"),
+            home / "run" / f"{name}.pid",
+            begin=begin,
+            process=process,
+            after_exit=kill_process_group,
+        )
+        running = process()
+        server._pid = None if running is None else running.pid
+        server.started_at = time.monotonic()
+        if running is not None:
+            server.pid_path.write_text(f"{running.pid}\n")
+        self.servers.append(server)
 
     def nats_env(self, service: str, node_id: str) -> dict[str, str]:
         """Who the process connects to NATS as: its own identity on the stack's NATS; on
@@ -304,6 +295,7 @@ class Supervisor:
             env["CORRAL_AGENT_WORK_DIR"] = str(self.config.home / "work" / node_id)
         if name == "api":
             del env["CORRAL_HEALTH_PORT"]
+            env["CORRAL_API_SUPERVISOR_STATE_FILE"] = str(self.config.home / "run" / "supervisor.json")
             env.update(self.join_env())
         if name == "exporter":
             del env["CORRAL_DATABASE_URL"]  # it has no use for the database
@@ -338,24 +330,58 @@ class Supervisor:
         for name, service, module, node in planned:
             env = self.service_env(service, database_url, nats_url, next(health_ports), node)
             ports[name] = int(env.get("CORRAL_HEALTH_PORT") or self.config.api_port)
-            managed = ManagedProcess(name, module, env, service_logs / f"{name}.log", run_dir / f"{name}.pid")
+            managed = ManagedService(
+                name, "service", service_logs / f"{name}.log", run_dir / f"{name}.pid", module=module, env=env
+            )
             managed.start()
             self.processes.append(managed)
         (run_dir / "health-ports.json").write_text(json.dumps(ports, indent=2) + "\n")
+        self._write_state()
 
     def supervise_once(self) -> None:
+        """Reap whatever exited and restart whatever is due: the servers first, which
+        the services need."""
         now = time.monotonic()
-        for managed in self.processes:
-            code = managed.exited()
-            if code is None:
+        changed = False
+        for managed in self._supervised():
+            if managed.restart_due(now):
+                self._restart(managed)
+                changed = True
                 continue
-            if managed.next_start == 0.0:
-                delay = managed.schedule_restart()
-                self._say(f"{managed.name} exited with {code}; restarting in {delay:.1f}s")
-            elif now >= managed.next_start:
-                managed.next_start = 0.0
-                managed.close_log()
-                managed.start()
+            if managed.next_start:
+                continue
+            code = managed.poll()
+            if code is not None:
+                self._schedule(managed, describe_exit(code))
+                changed = True
+        if changed:
+            self._write_state()
+
+    def _supervised(self) -> list[Supervised]:
+        return [*self.servers, *self.processes]
+
+    def _schedule(self, managed: Supervised, how: str, what: str = "exited") -> None:
+        delay = managed.exited(how)
+        self._say(f"{managed.name} {what} ({how}); restarting in {delay:.1f}s")
+        if managed.crash_looping() and not managed.crash_loop_said:
+            managed.crash_loop_said = True
+            self._say(
+                f"{managed.name} is crash-looping: {len(managed._exits)} exits within a minute, the last "
+                f"{how}; still restarting, every {delay:.0f} s at most — see {managed.log_path}"
+            )
+
+    def _restart(self, managed: Supervised) -> None:
+        managed.restarted()
+        try:
+            managed.start()
+        except (StartupProblem, RuntimeError, OSError) as exc:
+            self._schedule(managed, f"could not start: {exc}", "failed")
+            return
+        if managed.kind == "server":
+            self._say(f"{managed.name} is back (pid {managed.pid()}, restart {managed.restarts})")
+
+    def _write_state(self) -> None:
+        write_state(self.config.home / "run" / "supervisor.json", [m.view() for m in self._supervised()])
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -415,6 +441,9 @@ class Supervisor:
             self.nats.stop()
         if self.postgres is not None:
             self.postgres.stop()
+        for server in self.servers:
+            server.pid_path.unlink(missing_ok=True)
+        (self.config.home / "run" / "supervisor.json").unlink(missing_ok=True)
         self._say("Corral stopped.")
 
     def _say(self, message: str) -> None:

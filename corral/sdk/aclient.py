@@ -54,6 +54,7 @@ from corral.sdk.models import (
     RedeliveryAccepted,
     SecretRotated,
     ServiceInstance,
+    ServicesOverview,
     Silence,
     SilenceAccepted,
     Token,
@@ -278,6 +279,10 @@ class AsyncClient:
 
     async def list_services(self) -> list[ServiceInstance]:
         return await self._run(op.list_services())
+
+    async def services_overview(self) -> ServicesOverview:
+        """Service instances, and what make up's supervisor keeps alive (its servers too)."""
+        return await self._run(op.services_overview())
 
     # Alerts, silences, rules
     async def list_alerts(self, state: str | None = None, limit: int = 100) -> list[Alert]:

@@ -53,6 +53,7 @@ from corral.sdk.models import (
     RedeliveryAccepted,
     SecretRotated,
     ServiceInstance,
+    ServicesOverview,
     Silence,
     SilenceAccepted,
     Token,
@@ -269,6 +270,10 @@ class Client:
 
     def list_services(self) -> list[ServiceInstance]:
         return self._run(op.list_services())
+
+    def services_overview(self) -> ServicesOverview:
+        """Service instances, and what make up's supervisor keeps alive (its servers too)."""
+        return self._run(op.services_overview())
 
     # Alerts, silences, rules
     def list_alerts(self, state: str | None = None, limit: int = 100) -> list[Alert]:

@@ -47,6 +47,7 @@ from corral.sdk.models import (
     RedeliveryAccepted,
     SecretRotated,
     ServiceInstance,
+    ServicesOverview,
     Silence,
     SilenceAccepted,
     Token,
@@ -219,6 +220,10 @@ def revoke_bus_credentials(name: str) -> Call[None]:
 
 def list_services() -> Call[list[ServiceInstance]]:
     return _get("/api/v1/services", _items(ServiceInstance))
+
+
+def services_overview() -> Call[ServicesOverview]:
+    return _get("/api/v1/services", _one(ServicesOverview))
 
 
 # Alerts, silences, rules

@@ -63,6 +63,11 @@ FAN_OUT_BATCH = 256
 # enough that clients reconnecting, or polling dashboards, do not restart them each time
 # (CORRAL_API_SSE_TAIL_IDLE_S).
 IDLE_S = 60.0
+# The server beats each tail this often while it is quiet; the client remakes an ordered
+# consumer that missed two beats (nats-py). That is how a tail finds its consumer gone
+# with a restarted NATS: at 5 s, SSE subscribers saw nothing for some 20 s after NATS was
+# SIGKILLed; at 1 s the tail is back within about 3 s, for three small messages a second.
+TAIL_HEARTBEAT_S = 1.0
 TAIL_GONE_AFTER_S = 2.0
 
 
@@ -239,7 +244,11 @@ class EventHub:
             inactive_threshold=TAIL_GONE_AFTER_S,
         )
         sub = await self._js.subscribe(
-            spec.subjects[0], stream=spec.name, ordered_consumer=True, config=config, idle_heartbeat=5.0
+            spec.subjects[0],
+            stream=spec.name,
+            ordered_consumer=True,
+            config=config,
+            idle_heartbeat=TAIL_HEARTBEAT_S,
         )
         self._started[index].set()
         try:

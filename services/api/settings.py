@@ -31,6 +31,9 @@ class ApiSettings(BaseSettings):
     join_nats_ca_file: Path | None = None
     join_database_url: str = ""
     join_agent_password_file: Path | None = None
+    # make up's supervisor's state (corral/local/supervisor_state.py), shown in the
+    # services view; unset where nothing supervises the processes but Kubernetes.
+    supervisor_state_file: Path | None = None
     # SSE (GET /api/v1/events): a comment this often on an idle stream, and how many
     # events one subscriber may have queued before it must catch up from JetStream.
     sse_keepalive_s: float = Field(default=15.0, gt=0, le=300)

@@ -151,6 +151,19 @@ class VirtualCluster(Model):
     warnings: list[str] = Field(default_factory=list)
 
 
+class SupervisedProcess(Model):
+    """A process ``make up``'s supervisor keeps alive: a service, or its Postgres or NATS."""
+
+    name: str
+    kind: str
+    pid: int | None = None
+    state: str
+    restarts: int = 0
+    last_exit: str | None = None
+    last_exit_at: datetime | None = None
+    log: str = ""
+
+
 class ServiceInstance(Model):
     instance_id: str
     service: str
@@ -159,3 +172,10 @@ class ServiceInstance(Model):
     started_at: datetime
     last_seen_at: datetime | None = None
     silent_s: float
+
+
+class ServicesOverview(Model):
+    """Every service instance, and (under ``make up``) what its supervisor keeps alive."""
+
+    items: list[ServiceInstance]
+    supervised: list[SupervisedProcess] = Field(default_factory=list)
