@@ -35,7 +35,8 @@ from corral.commands.session import Options
 from corral.local.bus_users import chart_authorization
 from corral.local.node_home import apply_node_env
 from corral.local.problems import StartupProblem
-from corral.local.supervisor import NODE_SERVICES, SERVICES, StackConfig, Supervisor
+from corral.local.stack_config import NODE_SERVICES, SERVICES, StackConfig
+from corral.local.supervisor import Supervisor
 from corral.sdk import CorralError
 from shared.bus.nats import NatsBus
 from shared.bus.streams import STREAMS

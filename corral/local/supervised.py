@@ -95,8 +95,13 @@ class Supervised:
         self.next_start = now + delay
         return delay
 
+    @property
+    def recent_exits(self) -> int:
+        """Exits within the crash-loop window, as of the last one."""
+        return len(self._exits)
+
     def crash_looping(self) -> bool:
-        return len(self._exits) >= CRASH_LOOP_EXITS
+        return self.recent_exits >= CRASH_LOOP_EXITS
 
     @property
     def state(self) -> State:
@@ -169,9 +174,31 @@ class ManagedServer(Supervised):
     after_exit: Callable[[int], None] = lambda _pid: None
     _pid: int | None = None
 
+    def adopt(self) -> None:
+        """Take on the server as started before supervision began (its first start, which
+        stops ``make up`` when it fails rather than being retried)."""
+        process = self.process()
+        self._pid = None if process is None else process.pid
+        self.started_at = time.monotonic()
+        if self._pid is not None:
+            self.pid_path.write_text(f"{self._pid}\n")
+
     def launch(self) -> None:
         self._pid = None
-        self.begin()
+        before = self.process()
+        try:
+            self.begin()
+        except BaseException:
+            # A start that failed half way (it never served, or refused its store) may
+            # leave a server running that nothing supervises and that holds the port the
+            # next try needs.
+            started = self.process()
+            if started is not None and started is not before:
+                if started.poll() is None:
+                    started.kill()
+                    started.wait()
+                self.after_exit(started.pid)
+            raise
         process = self.process()
         self._pid = None if process is None else process.pid
 
@@ -200,11 +227,12 @@ def kill_process_group(leader: int, timeout_s: float = 10.0) -> None:
     except (ProcessLookupError, PermissionError):
         return
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _group_members(leader):
+    while time.monotonic() < deadline and group_members(leader):
         time.sleep(0.05)
 
 
-def _group_members(group: int) -> list[int]:
+def group_members(group: int) -> list[int]:
+    """The live processes of a process group (zombies, already dead, are not counted)."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -21,8 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -30,8 +29,11 @@ from corral.local.logins import StackLogins, prepare_logins
 from corral.local.ports import check_port_free, free_ports
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
+from corral.local.stack_config import NODE_SERVICES, SERVICES, StackConfig
 from corral.local.stack_nats import StackNats, is_loopback
 from corral.local.supervised import (
+    CRASH_LOOP_WINDOW_S,
+    MAX_DELAY_S,
     ManagedServer,
     ManagedService,
     Supervised,
@@ -41,19 +43,6 @@ from corral.local.supervised import (
 from corral.local.supervisor_state import write_state
 from corral.local.tls import server_tls
 from shared.bus.identities import node_user
-
-# (name, module). The exporter and agent together are "the node" on this machine.
-NODE_SERVICES = frozenset({"exporter", "agent"})
-MAX_SIMULATED_NODES = 64
-SERVICES: tuple[tuple[str, str], ...] = (
-    ("api", "services.api"),
-    ("scheduler", "services.scheduler"),
-    ("launcher", "services.launcher"),
-    ("monitor", "services.monitor"),
-    ("alerter", "services.alerter"),
-    ("exporter", "services.monitor.exporter"),
-    ("agent", "services.launcher.agent"),
-)
 
 
 def readable_for_jobs() -> list[Path]:
@@ -67,85 +56,6 @@ def readable_for_jobs() -> list[Path]:
     return [
         p for p in dict.fromkeys(found) if p != Path("/") and not any(p.is_relative_to(s) for s in system)
     ]
-
-
-@dataclass
-class StackConfig:
-    home: Path
-    api_port: int = 8080
-    database_url: str | None = None
-    nats_url: str | None = None
-    pg_port: int = 5433
-    # Where the stack's own Postgres listens besides loopback (other machines' node
-    # agents): then with TLS only.
-    pg_host: str = "127.0.0.1"
-    nats_port: int = 4222
-    # Where the stack's own NATS listens: beyond loopback (other machines' nodes), it
-    # speaks only TLS.
-    nats_host: str = "127.0.0.1"
-    simulated_gpus: int = 8
-    node_id: str = "local"
-    # More than one: that many simulated nodes on this machine (an exporter and an agent
-    # each, named <node_id>-1 ... <node_id>-N), to try multi-node gangs and placement.
-    simulated_nodes: int = 1
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # Run only these services (all by default), e.g. a GPU machine that is only a node.
-    services: tuple[str, ...] = tuple(name for name, _ in SERVICES)
-
-    @classmethod
-    def from_environment(cls) -> StackConfig:
-        env = os.environ
-        return cls(
-            home=Path(env.get("CORRAL_HOME", ".corral")).resolve(),
-            api_port=_port(env, "CORRAL_PORT", 8080),
-            database_url=env.get("CORRAL_DATABASE_URL") or None,
-            nats_url=env.get("CORRAL_NATS_URL") or None,
-            pg_port=_port(env, "CORRAL_PG_PORT", 5433),
-            pg_host=env.get("CORRAL_PG_HOST") or "127.0.0.1",
-            nats_port=_port(env, "CORRAL_NATS_PORT", 4222),
-            nats_host=env.get("CORRAL_NATS_HOST") or "127.0.0.1",
-            simulated_gpus=_whole_number(env, "CORRAL_SIMULATED_GPUS", 8, 0, 64),
-            node_id=env.get("CORRAL_NODE_ID", "local"),
-            simulated_nodes=_whole_number(env, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES),
-            services=_services(env.get("CORRAL_SERVICES", "")),
-        )
-
-    def node_ids(self) -> tuple[str, ...]:
-        if self.simulated_nodes == 1:
-            return (self.node_id,)
-        return tuple(f"{self.node_id}-{n}" for n in range(1, self.simulated_nodes + 1))
-
-
-def _whole_number(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    given = env.get(name, str(default))
-    try:
-        value = int(given)
-    except ValueError:
-        value = low - 1
-    if not low <= value <= high:
-        raise StartupProblem(
-            "settings",
-            f"{name} must be a whole number from {low} to {high}, got {given!r}",
-            f"set {name} to such a number, or unset it for {default}",
-        )
-    return value
-
-
-def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    return _whole_number(env, name, default, 1, 65535)
-
-
-def _services(listed: str) -> tuple[str, ...]:
-    known = [name for name, _ in SERVICES]
-    wanted = tuple(name.strip() for name in listed.split(",") if name.strip())
-    unknown = [name for name in wanted if name not in known]
-    if unknown:
-        raise StartupProblem(
-            "settings",
-            f"CORRAL_SERVICES names unknown services {unknown}",
-            f"choose from {', '.join(known)}, or unset it to run them all",
-        )
-    return wanted or tuple(known)
 
 
 class Supervisor:
@@ -207,11 +117,7 @@ class Supervisor:
             process=process,
             after_exit=kill_process_group,
         )
-        running = process()
-        server._pid = None if running is None else running.pid
-        server.started_at = time.monotonic()
-        if running is not None:
-            server.pid_path.write_text(f"{running.pid}\n")
+        server.adopt()
         self.servers.append(server)
 
     def nats_env(self, service: str, node_id: str) -> dict[str, str]:
@@ -360,22 +266,29 @@ class Supervisor:
     def _supervised(self) -> list[Supervised]:
         return [*self.servers, *self.processes]
 
-    def _schedule(self, managed: Supervised, how: str, what: str = "exited") -> None:
+    def _schedule(self, managed: Supervised, how: str, what: str = "exited", fix: str | None = None) -> None:
         delay = managed.exited(how)
         self._say(f"{managed.name} {what} ({how}); restarting in {delay:.1f}s")
         if managed.crash_looping() and not managed.crash_loop_said:
             managed.crash_loop_said = True
             self._say(
-                f"{managed.name} is crash-looping: {len(managed._exits)} exits within a minute, the last "
-                f"{how}; still restarting, every {delay:.0f} s at most — see {managed.log_path}"
+                f"{managed.name} is crash-looping: {managed.recent_exits} exits in "
+                f"{CRASH_LOOP_WINDOW_S:.0f} s, last {how}; see {managed.log_path}"
+                + (f"; fix: {fix}" if fix else "")
+                + f" (still restarting, every {MAX_DELAY_S:.0f} s at most)"
             )
 
     def _restart(self, managed: Supervised) -> None:
+        """Start it again; a start that fails (a server refusing its store, a port still
+        taken) counts as one more exit of the loop, never the supervisor's end."""
         managed.restarted()
         try:
             managed.start()
-        except (StartupProblem, RuntimeError, OSError) as exc:
-            self._schedule(managed, f"could not start: {exc}", "failed")
+        except StartupProblem as exc:
+            self._schedule(managed, f"could not start: {_one_line(exc.cause)}", "failed", exc.fix)
+            return
+        except (RuntimeError, OSError) as exc:
+            self._schedule(managed, f"could not start: {_one_line(str(exc))}", "failed")
             return
         if managed.kind == "server":
             self._say(f"{managed.name} is back (pid {managed.pid()}, restart {managed.restarts})")
@@ -448,3 +361,8 @@ class Supervisor:
 
     def _say(self, message: str) -> None:
         print(message, file=self.out, flush=True)
+
+
+def _one_line(said: str) -> str:
+    """A message as one terminal line (and one ``last_exit`` string)."""
+    return " ".join(said.split())

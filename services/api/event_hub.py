@@ -65,8 +65,8 @@ FAN_OUT_BATCH = 256
 IDLE_S = 60.0
 # The server beats each tail this often while it is quiet; the client remakes an ordered
 # consumer that missed two beats (nats-py). That is how a tail finds its consumer gone
-# with a restarted NATS: at 5 s, SSE subscribers saw nothing for some 20 s after NATS was
-# SIGKILLed; at 1 s the tail is back within about 3 s, for three small messages a second.
+# with a restarted NATS, so this bounds how long SSE subscribers wait for events after a
+# NATS crash; it costs three small messages a second (one tail per stream).
 TAIL_HEARTBEAT_S = 1.0
 TAIL_GONE_AFTER_S = 2.0
 

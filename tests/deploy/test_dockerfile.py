@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import tomllib
 
-from corral.local.supervisor import SERVICES
+from corral.local.stack_config import SERVICES
 from tests.deploy.dockerfile import DOCKERFILE, effective, exec_form, stage, stages
 from tests.deploy.dockerfile import copied as copied_by
 from tests.deploy.render import ROOT, tool

@@ -20,7 +20,7 @@ import kubernetes_validate
 import pytest
 from pydantic_settings import BaseSettings
 
-from corral.local.supervisor import SERVICES
+from corral.local.stack_config import SERVICES
 from tests.deploy.dockerfile import lineage, stage
 from tests.deploy.render import (
     DEPLOY,

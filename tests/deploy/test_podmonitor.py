@@ -15,7 +15,7 @@ import re
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from corral.local.supervisor import SERVICES
+from corral.local.stack_config import SERVICES
 from services.launcher.kubernetes.manifests import pod_manifest
 from services.launcher.kubernetes.settings import KubernetesSettings
 from shared.service import Health, health_routes

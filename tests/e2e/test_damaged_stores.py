@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -19,9 +20,10 @@ import pytest
 from corral.local.ports import free_port
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
+from corral.local.stack_config import StackConfig
 from corral.local.stack_nats import StackNats
-from corral.local.supervised import ManagedService
-from corral.local.supervisor import StackConfig, Supervisor
+from corral.local.supervised import ManagedServer, ManagedService
+from corral.local.supervisor import Supervisor
 from shared.bus.nats import NatsBus
 from tests.infra import world_readable_tempdir
 
@@ -113,6 +115,8 @@ def test_a_jetstream_store_nats_refuses_stops_the_start_with_its_reason(home: Pa
 
 
 def test_a_process_that_keeps_dying_is_reported_as_a_crash_loop_once(tmp_path: Path) -> None:
+    """A service that exits at once, and a server that dies and then cannot start again
+    (its store refused): both loop, each said once, and the supervisor carries on."""
     out = io.StringIO()
     supervisor = Supervisor(StackConfig(home=tmp_path), out=out)
     dying = ManagedService(
@@ -121,16 +125,48 @@ def test_a_process_that_keeps_dying_is_reported_as_a_crash_loop_once(tmp_path: P
     dying.env = dict(os.environ)
     dying.start()
     supervisor.processes.append(dying)
+
+    first = subprocess.Popen(["sleep", "60"], start_new_session=True)
+
+    def refuse() -> None:
+        raise StartupProblem("NATS", "its store is damaged", "move it aside")
+
+    server = ManagedServer(
+        "broken-server",
+        "server",
+        tmp_path / "broken.log",
+        tmp_path / "broken.pid",
+        begin=refuse,
+        process=lambda: first,
+    )
+    server.adopt()
+    supervisor.servers.append(server)
+    first.kill()
+
     deadline = time.monotonic() + 30
-    while not dying.crash_looping() and time.monotonic() < deadline:
+    while not (dying.crash_looping() and server.crash_looping()) and time.monotonic() < deadline:
         supervisor.supervise_once()
         time.sleep(0.05)
     for _ in range(20):  # a while longer: it is said once
         supervisor.supervise_once()
         time.sleep(0.05)
     assert dying.state == "crash-loop"
+    assert server.state == "crash-loop"
+    state = json.loads((tmp_path / "run" / "supervisor.json").read_text())
+    shown = {p["name"]: p for p in state["processes"]}
+    assert shown["broken-server"]["state"] == "crash-loop"
+    assert shown["broken-server"]["last_exit"].startswith("could not start: ")
     supervisor.stop(grace_s=1)
     said = out.getvalue()
     assert said.count("doomed exited (exit 1); restarting in") >= 5
-    assert said.count("doomed is crash-looping: 5 exits within a minute, the last exit 1") == 1
+    assert said.count("doomed is crash-looping: 5 exits in 60 s, last exit 1; see ") == 1
     assert str(tmp_path / "doomed.log") in said
+    assert "broken-server exited (killed by signal 9); restarting in 0.5s" in said
+    assert "broken-server failed (could not start: its store is damaged); restarting in 1.0s" in said
+    assert (
+        said.count(
+            f"broken-server is crash-looping: 5 exits in 60 s, last could not start: its store is damaged; "
+            f"see {tmp_path / 'broken.log'}; fix: move it aside"
+        )
+        == 1
+    )

@@ -17,7 +17,7 @@ import pytest
 from corral.local.ports import free_port
 from corral.local.postgres import LocalPostgres
 from corral.local.problems import StartupProblem
-from corral.local.supervisor import StackConfig
+from corral.local.stack_config import StackConfig
 from shared.db.credentials import SERVICE_ROLES, read_secret_file
 from tests.e2e.stack import Stack, submit, submit_spec, wait_state
 from tests.infra import world_readable_tempdir
