@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck contracts pytest venv clean schema
+.PHONY: up test lint typecheck contracts pytest venv clean schema chaos
 
 venv: $(STAMP)
 
@@ -44,6 +44,10 @@ contracts: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest
+
+# A bounded run under seeded crashes (bench/chaos): make chaos CHAOS_ARGS="--jobs 60 --minutes 5 --seed 7"
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .corral .mypy_cache .pytest_cache .ruff_cache

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 
 AUTH_RETRY_MAX_S = 30.0
+# JetStream's answer to a consumer update that changes what may not change (its start).
+CONSUMER_NOT_UPDATABLE = 10012
 
 
 def refused_credentials(exc: BaseException | None) -> bool:
@@ -306,7 +308,24 @@ class NatsBus:
             opt_start_time=None if config.deliver_all else config.start_time,
             max_ack_pending=10_000,
         )
-        await self.js.add_consumer(config.stream, consumer)
+        try:
+            await self.js.add_consumer(config.stream, consumer)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != CONSUMER_NOT_UPDATABLE:
+                raise
+            # The durable exists from another starting point (the webhook fan-in makes it
+            # anew from a time, then a restarted API asks for it at "new"). Where a durable
+            # starts is fixed when it is made, and NATS refuses to change it: it goes on
+            # from where it is, as on the in-memory bus, with the rest of the config applied.
+            existing = (await self.js.consumer_info(config.stream, config.durable)).config
+            if (existing.deliver_policy, existing.opt_start_time) == (
+                consumer.deliver_policy,
+                consumer.opt_start_time,
+            ):
+                raise  # something else that cannot be changed: not ours to paper over
+            consumer.deliver_policy = existing.deliver_policy
+            consumer.opt_start_time = existing.opt_start_time
+            await self.js.add_consumer(config.stream, consumer)
         sub = await self.js.pull_subscribe_bind(config.durable, stream=config.stream)
         return NatsSubscription(sub)
 

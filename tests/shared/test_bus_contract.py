@@ -308,3 +308,21 @@ async def test_a_durable_made_anew_from_a_start_time_gets_what_was_stored_since(
     assert await again.fetch(10, 0.3) == []
     await _publish(any_bus, _event("job-3"))
     assert [d.subject for d in await again.fetch(10, 1.0)] == ["corral.job.submitted.job-3"]
+
+
+async def test_a_durable_asked_for_again_from_another_start_goes_on_from_where_it_was(any_bus: Bus) -> None:
+    """An API restarted after its webhook fan-in resumed from a time asks for that durable
+    at "new" again: it keeps its place, and the events after it are still delivered
+    (NATS refuses to change a durable's start; the restarted API had crash-looped on it)."""
+    config = ConsumerConfig(
+        stream=JOBS.name, durable="made-from-a-time", filter_subjects=("corral.job.>",), deliver_all=False
+    )
+    since = datetime.now(UTC)
+    await asyncio.sleep(0.05)
+    await _publish(any_bus, _event("job-1"))
+    await _publish(any_bus, _event("job-2"))
+    await any_bus.subscribe(replace(config, start_time=since))
+    again = await any_bus.subscribe(config)
+    got = list(await again.fetch(10, 1.0))
+    got += await again.fetch(10, 0.3)
+    assert [d.subject for d in got] == ["corral.job.submitted.job-1", "corral.job.submitted.job-2"]
