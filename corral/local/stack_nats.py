@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from corral.local.bus_users import MintedUsers, MintedUsersWatcher, password_file, stack_users
+from corral.local.jetstream_probe import JetStreamProbe
 from corral.local.nats import LocalNats
 from corral.local.problems import StartupProblem
 from corral.local.server_logs import NATS_FATAL, last_line_saying, log_since, log_size
@@ -47,6 +48,7 @@ class StackNats:
         tls = None if is_loopback(host) else server_tls(home / "tls", host)
         self.server = LocalNats(home / "nats", port, host=host, users=list(self._users), tls=tls)
         self._watcher: MintedUsersWatcher | None = None
+        self._probe: JetStreamProbe | None = None
         self.log_file: Path | None = None
 
     @property
@@ -137,10 +139,23 @@ class StackNats:
         self._watcher.look_once()
         self._watcher.start()
 
+    def watch_store(self, stuck: Callable[[str], None]) -> None:
+        """Probe that JetStream still stores messages (``jetstream_probe.py``); ``stuck``
+        is told when it no longer does."""
+        admin = self.settings_for(ADMIN)
+        self._probe = JetStreamProbe(lambda: admin, self.server.directory, self._serving, stuck)
+        self._probe.start()
+
+    def _serving(self) -> bool:
+        process = self.server.process
+        return process is not None and process.returncode is None
+
     def _admit(self, minted: MintedUsers) -> None:
         self.server.reload(minted.applied_to(self._users))
 
     def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.stop()
         if self._watcher is not None:
             self._watcher.stop()
         self.server.stop()

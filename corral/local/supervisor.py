@@ -92,8 +92,17 @@ class Supervisor:
             self.nats.start(log_file=home / "logs" / "nats.log")
             self.nats.follow_minted(database_url)
             self._supervise_server("nats-server", self.nats.start_again, lambda: self._nats_process())
+            self.nats.watch_store(self._nats_stores_nothing)
             nats_url = self.nats.url
         return database_url, nats_url
+
+    def _nats_stores_nothing(self, reason: str) -> None:
+        """(From the probe's thread.) A server that no longer stores messages is stopped,
+        and so restarted like one that died: only a restart clears JetStream's write error."""
+        process = self._nats_process()
+        self._say(f"nats-server is up but stores nothing: {reason}; restarting it")
+        if process is not None and process.returncode is None:
+            process.terminate()
 
     def _postgres_process(self) -> subprocess.Popen[bytes] | None:
         return None if self.postgres is None else self.postgres.process

@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from services.api.audit import AuditLog
 from services.api.auth import TokenCache, bootstrap_admin
 from services.api.body_limit import BodySizeLimit
+from services.api.database_problems import install_database_handlers
 from services.api.deps import AskScheduler
 from services.api.event_hub import EventHub
 from services.api.event_scope import Scopes
@@ -90,6 +91,7 @@ def create_app(
     )
     app.add_middleware(HttpMetrics)
     install_problem_handlers(app)
+    install_database_handlers(app)
     app.include_router(jobs_router)
     app.include_router(node_join_router)
     app.include_router(nodes_router)

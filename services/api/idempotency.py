@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.db.pool import Connection, Database
+from shared.aio import raise_if_cancelling
+from shared.db.pool import DATABASE_ERRORS, Connection, Database
 from shared.db.queries import Queries
 from shared.errors import InvalidInput
 
+log = logging.getLogger(__name__)
 SQL = Queries(Path(__file__).parent / "sql")
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -87,5 +90,13 @@ class IdempotencyKey:
         return str(earlier["job_id"])
 
     async def sweep(self, db: Database) -> None:
-        """Forget a batch of expired keys (every keyed submit does a little of this)."""
-        await db.execute(SQL.sweep_idempotency_keys, self.retention_s)
+        """Forget a batch of expired keys (every keyed submit does a little of this).
+
+        It runs after the submit has committed, so a sweep Postgres refuses (restarting,
+        its disk full) is left to the next keyed submit: the answer must still be the
+        job, not a 503 saying nothing was stored."""
+        try:
+            await db.execute(SQL.sweep_idempotency_keys, self.retention_s)
+        except DATABASE_ERRORS as exc:
+            raise_if_cancelling()
+            log.warning("could not forget expired idempotency keys (%s); the next keyed submit will", exc)

@@ -2,7 +2,8 @@
 
 ``CorralError`` subclasses map to their status; request validation errors become 400
 (unparseable JSON) or 422 (well-formed but wrong) with one line per wrong field; any
-other exception becomes a logged 500 that says nothing about internals.
+other exception becomes a logged 500 that says nothing about internals. (Postgres away or
+out of resources is a 503, from ``database_problems.py``.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.db.pool import DATABASE_UNAVAILABLE
 from shared.errors import CorralError
 
 log = logging.getLogger(__name__)
@@ -130,22 +130,6 @@ def install_problem_handlers(app: FastAPI) -> None:
             exc.status_code, "http-error"
         )
         return problem(exc.status_code, slug, str(exc.detail), str(exc.detail), request.url.path)
-
-    async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
-        response = problem(
-            503,
-            "unavailable",
-            "Service unavailable",
-            "Corral's database is not reachable right now; nothing was changed. Retry shortly.",
-            request.url.path,
-        )
-        response.headers["Retry-After"] = "2"
-        return response
-
-    # Postgres restarting or unreachable: a 503 the client can retry, not a 500.
-    for error in DATABASE_UNAVAILABLE:
-        app.add_exception_handler(error, database_unavailable)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, _exc: Exception) -> JSONResponse:

@@ -58,6 +58,10 @@ SUBMITTED = 201
         201: {"description": "created; a replay of an Idempotency-Key answers 201 with the first job"},
         415: {"description": "a body that is neither JSON nor YAML"},
         429: {"description": "too many requests for this token (Retry-After)"},
+        503: {
+            "description": "nothing was stored: the database is away (unavailable) or out of "
+            "resources (disk-full, database-out-of-resources); retry after Retry-After"
+        },
     },
 )
 async def submit_job(

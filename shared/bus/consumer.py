@@ -4,8 +4,9 @@
 - handler raises ``TransientError(delay_s)`` → ``nak`` with that delay;
 - the message does not parse/validate, or the handler raises ``PermanentError`` →
   record it as a dead letter with the reason, then ``term`` (never redelivered);
-- the database is unavailable (Postgres restarting) → ``nak`` after a pause, and never
-  a dead letter: that is nobody's poison;
+- the database is unavailable (Postgres restarting, or refusing for want of a resource
+  such as disk space) → ``nak`` after a pause, and never a dead letter: that is nobody's
+  poison;
 - any other exception → ``nak`` with a growing delay, and after ``max_deliver``
   deliveries it is dead-lettered too. Nothing is redelivered forever.
 

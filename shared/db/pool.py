@@ -32,18 +32,29 @@ from shared.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
 
-# What asyncpg raises when Postgres (or the way to it) is away rather than the request
-# being wrong: callers treat these as "retry later", never as a bad message or a 500.
-DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+# What asyncpg raises when Postgres (or the way to it) is away: down, restarting, in
+# crash recovery, or its connection cut.
+DATABASE_AWAY: tuple[type[Exception], ...] = (
     OSError,
     asyncpg.InterfaceError,
     asyncpg.PostgresConnectionError,
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
+    # Another backend PANICked (a WAL write on a full disk, say): the postmaster ends every
+    # session with this, then recovers.
+    asyncpg.CrashShutdownError,
     # A connection whose server went away mid-query can come back from the pool still
     # "busy" ("another operation is in progress"): the same outage, seen later.
     asyncpg.exceptions.InternalClientError,
 )
+
+# Postgres up but refusing for want of something outside the request (SQLSTATE class 53:
+# its disk full, out of memory, out of connection slots): the statement was rolled back
+# and the same one succeeds once an operator frees the resource.
+DATABASE_OUT_OF_RESOURCES: tuple[type[Exception], ...] = (asyncpg.InsufficientResourcesError,)
+
+# Either: callers treat these as "retry later", never as a bad message or a 500.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (*DATABASE_AWAY, *DATABASE_OUT_OF_RESOURCES)
 
 # What a background loop (relay, reconcile, lease, delivery) survives by waiting and
 # trying again: the above, and any error Postgres itself reports — a loop must outlive

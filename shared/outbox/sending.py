@@ -16,6 +16,13 @@ from shared.telemetry import send_span
 
 log = logging.getLogger(__name__)
 
+# What an operator reads when NATS does not acknowledge: nats-server answers nothing at
+# all to a publish its JetStream store could not write, so the client sees only a timeout.
+NOT_STORED_HINT = (
+    "NATS is unreachable, or JetStream could not store the message: a full disk under its "
+    "store_dir says 'no space left on device' in nats-server's log"
+)
+
 
 @dataclass(frozen=True)
 class Outgoing:
@@ -33,17 +40,27 @@ class Outgoing:
 async def publish_in_order(bus: Bus, rows: Sequence[Outgoing]) -> list[int | str]:
     """Publish rows in order, stopping at the first failure; the keys of those sent."""
     sent: list[int | str] = []
-    try:
-        for row in rows:
+    for row in rows:
+        try:
             with send_span(row.subject, row.event_id, row.headers) as headers:
                 await bus.publish(row.subject, row.payload, msg_id=row.event_id, headers=headers)
-            sent.append(row.key)
-            EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
-            OUTBOX_LAG.observe(row.age_s)
-    except Exception:
-        raise_if_cancelling()
-        # Keep order: stop at the first failure, stamp what got through, retry later.
-        log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows), exc_info=True)
+        except Exception as exc:
+            raise_if_cancelling()
+            # Keep order: stop at the first failure, stamp what got through, retry later.
+            log.warning(
+                "outbox: NATS did not take %s (%r); %d of %d rows published, the rest stay unsent "
+                "and are retried. %s",
+                row.subject,
+                exc,
+                len(sent),
+                len(rows),
+                NOT_STORED_HINT,
+            )
+            log.debug("the failed publish of %s", row.event_id, exc_info=True)
+            break
+        sent.append(row.key)
+        EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
+        OUTBOX_LAG.observe(row.age_s)
     return sent
 
 
@@ -61,7 +78,13 @@ async def publish_pipelined(bus: Bus, rows: Sequence[Outgoing], window: int = 12
         acked = await asyncio.gather(*(_publish_one(bus, row) for row in chunk))
         sent.extend(row.key for row, ok in zip(chunk, acked, strict=True) if ok)
         if not all(acked):
-            log.warning("outbox publish failed; %d of %d sent", len(sent), len(rows))
+            log.warning(
+                "outbox: NATS did not take every event published on commit; %d of %d published, "
+                "the rest are left to the relay passes. %s",
+                len(sent),
+                len(rows),
+                NOT_STORED_HINT,
+            )
             break
     return sent
 
