@@ -7,7 +7,8 @@ zero fails the run (``FAILING``):
 - ``lost_jobs``: a planned job that never got in, or did not end in the state it
   deserved (or that the API would not show at the end);
 - ``double_launches``: tasks with two live copies that a lost lease does not explain
-  (``ledger.unexplained_overlaps``), plus copies still running once every job ended;
+  (``ledger.unexplained_overlaps``), plus copies still running at the end that no job
+  needs (their job ended, or a later attempt replaced them);
 - ``missed_events`` / ``missed_webhooks``: ended jobs whose terminal event (the one
   matching the job's state) the SSE subscriber / the webhook receiver never got;
 - ``succeeded_without_end``: a task of a SUCCEEDED job whose deciding attempt never
@@ -75,7 +76,8 @@ def judge(evidence: Evidence) -> tuple[dict[str, Any], list[str]]:
     unexplained = unexplained_overlaps(found, lost_attempts, evidence.allowed_overlap_s)
     for o in unexplained:
         findings.append(f"double launch: {o.task} {o.older} and {o.newer} both alive {o.seconds:.1f} s")
-    for attempt in sorted(evidence.alive):
+    stale = _stale_alive(evidence)
+    for attempt in sorted(stale):
         copy = evidence.copies[attempt]
         findings.append(f"still running at the end: {copy.task} attempt {attempt} on {copy.node}")
     recoveries = _recoveries(evidence.kills, evidence.accepted_at)
@@ -84,7 +86,7 @@ def judge(evidence: Evidence) -> tuple[dict[str, Any], list[str]]:
         "jobs": len(evidence.plans),
         "kills_by_target": dict(sorted(Counter(k.kind for k in evidence.kills).items())),
         "lost_jobs": lost,
-        "double_launches": len({o.task for o in unexplained}) + len(evidence.alive),
+        "double_launches": len({o.task for o in unexplained}) + len(stale),
         "max_overlap_s": round(max((o.seconds for o in found), default=0.0), 2),
         "missed_events": _missed(evidence, evidence.sse_terminal, "SSE event", findings),
         "missed_webhooks": _missed(evidence, evidence.webhook_terminal, "webhook", findings),
@@ -126,6 +128,25 @@ def _missed(evidence: Evidence, seen: dict[str, str], what: str, findings: list[
             missed += 1
             findings.append(f"missed {what}: {job_id} ended {job['state']}, got {seen.get(job_id)}")
     return missed
+
+
+def _stale_alive(evidence: Evidence) -> set[str]:
+    """Copies still running at the end that no job needs: their job has ended, or a
+    later attempt of their task replaced them. The latest attempt of a job that ran out
+    of time, or of one the API did not show, is not a double launch: that job counts as
+    lost instead."""
+    latest: dict[tuple[str, str, int], int] = {}
+    for job_id, job in evidence.jobs.items():
+        for attempt in job.get("attempts", []):
+            task = (job_id, attempt["task_role"], attempt["task_index"])
+            latest[task] = max(latest.get(task, 0), attempt["attempt_no"])
+    stale = set()
+    for attempt_id in evidence.alive:
+        copy = evidence.copies[attempt_id]
+        owner = evidence.jobs.get(copy.job_id)
+        if owner is not None and (owner["state"] in ENDED or copy.attempt_no < latest.get(copy.task, 0)):
+            stale.add(attempt_id)
+    return stale
 
 
 def _without_end(evidence: Evidence, findings: list[str]) -> int:

@@ -2,8 +2,8 @@
 
 The run starts its own stack, so it is one subprocess, as a user runs it; its seed is
 fixed so a failure here can be replayed with the same faults in the same order. The
-ledger's rules (which overlaps a lost lease explains) are checked on their own too,
-without a stack.
+judging rules (which overlaps a lost lease explains, which copies still running at the
+end are double launches) are checked on their own too, without a stack.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from bench.chaos.faults import KINDS
-from bench.chaos.ledger import overlaps, read_copies, unexplained_overlaps
+from bench.chaos.jobs import JobPlan, Submission
+from bench.chaos.ledger import Copy, overlaps, read_copies, unexplained_overlaps
+from bench.chaos.verdict import Evidence, judge
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN_PROMISES = (
@@ -80,3 +82,46 @@ def test_an_overlap_is_explained_only_by_a_lost_attempt_and_only_briefly(tmp_pat
     assert unexplained_overlaps(found, lost={"att-a"}, allowed_s=1.0) == found  # too long
     # A stale copy still running at the end overlaps until then.
     assert [o.seconds for o in overlaps(copies, alive={"att-a"}, now=120.0)] == [7.0]
+
+
+def _evidence(state: str, attempts: list[tuple[str, int, str]], alive: set[str]) -> Evidence:
+    """One job of one task whose ``attempts`` (id, number, state) each left a copy."""
+    plan = JobPlan(number=0, instances=1, beats=1, exit_code=0)
+    copies = {a: Copy("job-1", "main", 0, a, no, "node-a", 100.0 + no, 101.0 + no) for a, no, _ in attempts}
+    job = {
+        "state": state,
+        "attempts": [
+            {"id": a, "attempt_no": no, "state": st, "task_role": "main", "task_index": 0}
+            for a, no, st in attempts
+        ],
+    }
+    return Evidence(
+        seed=1,
+        plans=[plan],
+        submissions=[Submission(plan, job_id="job-1")],
+        jobs={"job-1": job},
+        jobs_held=1,
+        copies=copies,
+        alive=alive,
+        ledger_now=200.0,
+        sse_terminal={},
+        webhook_terminal={},
+        kills=[],
+        accepted_at=[],
+        allowed_overlap_s=6.0,
+        duration_s=1.0,
+    )
+
+
+def test_a_copy_running_at_the_end_is_a_double_launch_only_when_no_job_needs_it() -> None:
+    lost_then_running = [("att-a", 1, "LOST"), ("att-b", 2, "RUNNING")]
+    # The stale copy of a lost attempt, still running: a double launch.
+    verdict, findings = judge(_evidence("RUNNING", lost_then_running, alive={"att-a"}))
+    assert verdict["double_launches"] == 1
+    assert any("still running at the end" in line for line in findings)
+    # The job's latest attempt, still running when the time ran out: lost, not doubled.
+    verdict, _ = judge(_evidence("RUNNING", lost_then_running, alive={"att-b"}))
+    assert (verdict["double_launches"], verdict["lost_jobs"]) == (0, 1)
+    # Any copy of a job that has ended.
+    verdict, _ = judge(_evidence("SUCCEEDED", [("att-a", 1, "SUCCEEDED")], alive={"att-a"}))
+    assert verdict["double_launches"] == 1
