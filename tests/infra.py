@@ -60,6 +60,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         return
     directory = world_readable_tempdir("corral-test-pg-")
     os.environ.setdefault("CORRAL_PG_FAST", "1")
+    os.environ.setdefault("CORRAL_NATS_FAST", "1")
     server = LocalPostgres(directory, free_port())
     server.start(log_file=directory / "postgres.log")
     try:

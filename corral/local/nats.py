@@ -9,6 +9,7 @@ TLS: the stack turns it on whenever NATS listens beyond loopback.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -67,8 +68,10 @@ def render_config(
         # the server, goes down; and this store is the only copy. The outbox marks a
         # row sent on the publish's acknowledgement, so a lost message would never be
         # published again: the job itself is safe in Postgres, but webhook deliveries and
-        # SSE replays are fed from the stream. docs/architecture.md gives the cost.
-        "jetstream": {"store_dir": str(directory), "sync_interval": "always"},
+        # SSE replays are fed from the stream. docs/architecture.md gives the cost. The
+        # test suite, like its Postgres (CORRAL_PG_FAST), trades that away for speed.
+        "jetstream": {"store_dir": str(directory)}
+        | ({} if os.environ.get("CORRAL_NATS_FAST") else {"sync_interval": "always"}),
         # A monitor that is briefly busy must not be cut off as a slow consumer while a
         # whole cluster's heartbeats (megabytes a second) wait for it: 256 MiB of slack
         # per connection instead of the default 64.

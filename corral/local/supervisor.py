@@ -15,6 +15,7 @@ where it was left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -365,7 +366,8 @@ class Supervisor:
             self.postgres.stop()
         for server in self.servers:
             server.pid_path.unlink(missing_ok=True)
-        (self.config.home / "run" / "supervisor.json").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a home that could not be made has none)
+            (self.config.home / "run" / "supervisor.json").unlink(missing_ok=True)
         self._say("Corral stopped.")
 
     def _say(self, message: str) -> None:
