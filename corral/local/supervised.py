@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ def describe_exit(code: int) -> str:
 
 
 @dataclass
-class Supervised:
+class Supervised(ABC):
     """The bookkeeping every supervised process shares (see the module's docstring)."""
 
     name: str
@@ -58,15 +59,17 @@ class Supervised:
 
     # --- what each kind provides --------------------------------------------------
 
+    @abstractmethod
     def pid(self) -> int | None:
-        raise NotImplementedError
+        """Its pid while it runs, else None."""
 
+    @abstractmethod
     def poll(self) -> int | None:
         """The exit code once it has exited (reaping it), else None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def launch(self) -> None:
-        raise NotImplementedError
+        """Start the process itself (``start`` does the bookkeeping around it)."""
 
     # --- shared life --------------------------------------------------------------
 
