@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck contracts pytest venv clean schema chaos
+.PHONY: up test lint typecheck contracts pytest venv clean schema chaos config-reference
 
 venv: $(STAMP)
 
@@ -54,3 +54,7 @@ clean:
 
 schema: $(STAMP)
 	$(BIN)/python -m tests.schema_snapshot
+
+# docs/configuration.md from the settings classes (tests/docs/test_configuration.py checks it).
+config-reference: $(STAMP)
+	$(BIN)/python -m tests.config_reference

@@ -6,9 +6,11 @@ override any part through the API (``PUT /api/v1/alert-rules``), merged over the
 model lives here so that the API refuses a bad override with the same messages the
 alerter would give, before anything is recorded.
 
-Every rule has a severity, a runbook link, and labels and annotations of its own: labels
-take part in routing, silences and grouping (``team: infra``), annotations are text for
-the reader. Every field has a default, so a document may give only what it changes.
+Every rule has a severity, a runbook (a page name of docs/runbooks, which the alerter makes
+a link under ``CORRAL_ALERTER_RUNBOOK_BASE_URL``, or a URL of the site's own), and labels
+and annotations of its own: labels take part in routing, silences and grouping
+(``team: infra``), annotations are text for the reader. Every field has a default, so a
+document may give only what it changes.
 """
 
 from __future__ import annotations

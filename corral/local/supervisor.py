@@ -183,6 +183,8 @@ class Supervisor:
             # Where alerts are sent (receivers and routes); re-read when it changes.
             "CORRAL_ALERTER_ROUTING_FILE": str(self.config.home / "routing.yaml"),
             "CORRAL_ALERTER_RULES_FILE": str(self.config.home / "alert-rules.yaml"),
+            # Alerts link to the runbooks as this stack's API serves them (docs_pages.py).
+            "CORRAL_ALERTER_RUNBOOK_BASE_URL": f"http://127.0.0.1:{self.config.api_port}/docs/runbooks/",
             # A laptop's `make up` (not root) cannot sandbox tasks: they run as its user,
             # and the node says isolation: none. As root, an agent that cannot isolate
             # refuses to start unless this is set by hand.

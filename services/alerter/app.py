@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 async def serve(settings: Settings) -> None:
     config = settings.alerter
     routing = RoutingFile(config.routing_file)
-    rules = RulesInForce(config.rules_file)
+    rules = RulesInForce(config.rules_file, config.runbook_base_url)
     async with service_resources("alerter", settings.common) as res, httpx.AsyncClient() as http:
         deliverer = Deliverer(res.db, config, http)
         published = False

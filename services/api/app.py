@@ -18,6 +18,7 @@ from services.api.auth import TokenCache, bootstrap_admin
 from services.api.body_limit import BodySizeLimit
 from services.api.database_problems import install_database_handlers
 from services.api.deps import AskScheduler
+from services.api.docs_pages import router as docs_pages_router
 from services.api.event_hub import EventHub
 from services.api.event_scope import Scopes
 from services.api.integrations import run_integrations
@@ -106,6 +107,7 @@ def create_app(
     app.include_router(users_router)
     app.include_router(groups_router)
     app.include_router(audit_router)
+    app.include_router(docs_pages_router)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

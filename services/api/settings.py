@@ -11,60 +11,79 @@ from shared.settings import CommonSettings
 
 
 class ApiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_API_", extra="ignore")
+    """The API: where it listens, its limits, its event stream and webhooks."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_API_", extra="ignore", use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
+    """The address the API listens on."""
     port: int = Field(default=8080, ge=0, le=65535)
-    # Where the bootstrap admin token is kept; default $CORRAL_HOME/admin-token.
+    """The port the API listens on (its ``/healthz``, ``/readyz`` and ``/metrics`` too)."""
     admin_token_file: Path | None = None
+    """Where the bootstrap admin token is written at first start (mode 0600). Unset:
+    ``$CORRAL_HOME/admin-token``."""
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
-    # How long a dry run waits for the scheduler's answer before a 503.
+    """The largest request body accepted; a larger one is refused with 413."""
     dry_run_timeout_s: float = Field(default=5.0, gt=0, le=60)
-    # How long a request for a piece of a task's log waits for the node's answer before a
-    # 503 (a node nobody answers for fails at once); a followed log waits this long for a
-    # node that stopped answering before its stream ends saying so (logs.py).
+    """How long a dry run waits for a scheduler's answer before answering 503."""
     node_logs_timeout_s: float = Field(default=5.0, gt=0, le=60)
-    # What a machine joining as a node is told (routes_node_join.py): where the bus is
-    # (and the CA of its certificate), and the node agents' database login and password.
-    # Unset: this API admits no nodes (make up sets them).
+    """How long a request for a piece of a task's log waits for its node's answer
+    (``corral.logs.<node>``) before a 503 (a node nobody answers for fails at once); a
+    followed log waits this long for a node that stopped answering before its stream ends
+    saying so (logs.py)."""
     join_nats_url: str = ""
+    """The bus URL a machine joining as a node is told (``corral join``,
+    routes_node_join.py). Unset (with the other ``CORRAL_API_JOIN_*``): this API admits no
+    nodes; ``make up`` sets them all."""
     join_nats_ca_file: Path | None = None
+    """The CA of the bus's certificate, handed to a joining node."""
     join_database_url: str = ""
+    """The database URL a joining node's agent is told (the node agents' login)."""
     join_agent_password_file: Path | None = None
-    # make up's supervisor's state (corral/local/supervisor_state.py), shown in the
-    # services view; unset where nothing supervises the processes but Kubernetes.
+    """A file (0600) holding the node agents' database password, handed to a joining node."""
     supervisor_state_file: Path | None = None
-    # SSE (GET /api/v1/events): a comment this often on an idle stream, and how many
-    # events one subscriber may have queued before it must catch up from JetStream.
+    """The state ``make up``'s supervisor writes (corral/local/supervisor_state.py), shown in
+    the services view. Unset where nothing but Kubernetes supervises the processes."""
     sse_keepalive_s: float = Field(default=15.0, gt=0, le=300)
+    """A ``: keep-alive`` comment this often on an idle event stream (``GET
+    /api/v1/events``), so proxies keep it open and a client can tell a dead connection."""
     sse_queue_limit: int = Field(default=10_000, ge=10)
-    # How often an open event stream checks that its token still holds: one revoked or
-    # expired, or whose user was deleted or demoted, ends the stream (the client's
-    # reconnect then gets the 401 or the narrower view).
+    """Events one event-stream subscriber may have queued; one further behind catches up
+    from JetStream instead, without a gap."""
     sse_reauth_s: float = Field(default=30.0, gt=0, le=3600)
-    # The event hub reads the lifecycle streams only while someone follows them: it stops
-    # once no stream has been open for this long (event_hub.py).
+    """How often an open event stream checks that its token still holds: one revoked or
+    expired, or whose user was deleted or changed role, ends the stream (the client's
+    reconnect then gets the 401 or the narrower view)."""
     sse_tail_idle_s: float = Field(default=60.0, gt=0)
-    # Webhooks: the delays between attempts (Standard Webhooks' schedule: about a day in
-    # all, then the delivery is failed), how long one attempt may take, how long a claimed
-    # delivery is leased (a crash mid-send sends it again after this), how many are sent
-    # at once, and how long a rotated secret keeps signing beside the new one.
+    """The API process stops reading the lifecycle streams once no event stream has been
+    open for this long (event_hub.py); the next one starts them again."""
     webhook_retry_delays_s: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
+    """The delays between a webhook delivery's attempts, as a JSON list (Standard Webhooks'
+    schedule: about a day in all); after the last, the delivery is failed."""
     webhook_timeout_s: float = Field(default=15.0, gt=0, le=120)
+    """How long one webhook delivery attempt may take."""
     webhook_lease_s: float = Field(default=120.0, gt=0)
+    """How long a claimed webhook delivery is leased: one whose sender crashed mid-send is
+    sent again after this."""
     webhook_concurrency: int = Field(default=32, ge=1, le=1000)
+    """Webhook deliveries each API process sends at once."""
     webhook_secret_overlap_s: float = Field(default=24 * 3600.0, ge=0)
-    # How long an Idempotency-Key on submit is remembered (idempotency.py).
+    """How long a rotated webhook secret keeps signing beside the new one, unless the
+    rotation asks for another overlap."""
     idempotency_retention_s: float = Field(default=24 * 3600.0, ge=60, le=30 * 24 * 3600.0)
-    # How long the audit log keeps a row (older ones are deleted once an hour; audit.py).
+    """How long an ``Idempotency-Key`` on submit is remembered (idempotency.py)."""
     audit_retention_days: float = Field(default=365.0, gt=0)
-    # Per-token rate limits (rate_limit.py), token buckets in each API process: requests
-    # per second sustained and the burst allowed above it; submits (POST /api/v1/jobs and
-    # resubmits) also draw from a bucket of their own. 0 turns a limit off.
+    """How long the audit log keeps a row; older ones are deleted once an hour (audit.py)."""
     rate_limit_per_s: float = Field(default=50.0, ge=0)
+    """Requests per second each token may make, sustained (rate_limit.py: a token bucket in
+    each API process). 0 turns the limit off."""
     rate_limit_burst: int = Field(default=200, ge=1)
+    """Requests a token may make at once above the sustained rate."""
     submit_rate_limit_per_s: float = Field(default=20.0, ge=0)
+    """Submits per second each token may make, sustained (``POST /api/v1/jobs`` and
+    resubmits draw from this bucket as well as the general one). 0 turns it off."""
     submit_rate_limit_burst: int = Field(default=100, ge=1)
+    """Submits a token may make at once above the sustained rate."""
 
 
 class Settings(BaseSettings):

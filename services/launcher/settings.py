@@ -21,67 +21,94 @@ SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 - a private directory in it, chec
 
 
 class LauncherSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_LAUNCHER_", extra="ignore")
+    """The launcher: which driver runs tasks, and its repair loop."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CORRAL_LAUNCHER_", extra="ignore", use_attribute_docstrings=True
+    )
 
     reconcile_interval_s: float = Field(default=5.0, gt=0)
-    # "local": node agents run tasks as processes (one agent per machine, make up);
-    # "kubernetes": the launcher runs them as Pods (services/launcher/kubernetes/runner.py,
-    # CORRAL_KUBERNETES_* settings; in-cluster credentials, else KUBECONFIG).
+    """The launcher's repair loop: nodes whose agent's lease ran out, placed jobs without
+    attempts, jobs whose attempts all ended (and, with the Kubernetes driver, pods against
+    attempts)."""
     driver: Literal["local", "kubernetes"] = "local"
-    # How many jobs whose attempt ended on a node the launcher decides at once
-    # (attempt_ends.py); each holds a pooled connection while it decides.
+    """``local``: node agents run tasks as processes (one agent per machine, ``make up``);
+    ``kubernetes``: the launcher runs them as Pods (services/launcher/kubernetes/runner.py,
+    the ``CORRAL_KUBERNETES_*`` settings; in-cluster credentials, else ``KUBECONFIG``)."""
     decide_concurrency: int = Field(default=4, ge=1)
+    """How many jobs whose attempt ended on a node the launcher decides at once
+    (attempt_ends.py); each holds a pooled connection while it decides."""
 
 
 class AgentSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CORRAL_AGENT_", extra="ignore")
+    """The node agent (``services.launcher.agent``, one per machine): who it is, where its
+    tasks' files go, and how it isolates them (services/launcher/agent/sandbox)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CORRAL_AGENT_", extra="ignore", use_attribute_docstrings=True
+    )
 
     node_id: str = Field(default_factory=socket.gethostname, pattern=r"^[A-Za-z0-9_-]{1,63}$")
-    # The node's secret, which the database checks before the agent may act for the node
-    # (shared/db/credentials.py): a file only the agent's user may read (0600). Never in
-    # the environment or argv, and never passed to a task. None: the agent connects as
-    # the database's owner (tests, tools), which needs no secret.
+    """The node this agent serves: the id its exporter registers under."""
     node_secret_file: Path | None = None
-    # Per-attempt logs, and the pid/exit files that let a restarted agent re-adopt tasks.
-    # Default: $CORRAL_HOME/logs, and a directory in shared memory (``Settings.state_dir``).
+    """The node's secret, which the database checks before the agent may act for the node
+    (shared/db/credentials.py): a file only the agent's user may read (0600). Never in the
+    environment or argv, and never passed to a task. Unset: the agent connects as the
+    database's owner (tests, tools), which needs no secret."""
     log_dir: Path | None = None
-    # How long a task's log is kept on its node once its attempt has ended (the node's
-    # disk is its only copy; log_retention.py). 0: for ever. The Kubernetes runner's too.
+    """Where per-attempt task logs are written. Unset: ``$CORRAL_HOME/logs``."""
     log_retention_hours: float = Field(default=168.0, ge=0)
+    """How long a task's log is kept on its node once its attempt has ended (the node's
+    disk is its only copy; log_retention.py); 0 keeps it for ever. The Kubernetes runner's
+    logs follow it too."""
     state_dir: Path | None = None
-    # Where jobs' working directories are made (default: $CORRAL_HOME/work). Simulated
-    # nodes sharing one home get one each: a job's tasks on two nodes run as two uids.
+    """Where the tasks' pid and exit files are kept, which let a restarted agent re-adopt
+    its tasks. Unset: a private directory in shared memory (``/dev/shm``), else
+    ``$CORRAL_HOME/agent/<node>``; a clean stop removes it where empty."""
     work_dir: Path | None = None
+    """Where jobs' working directories are made. Unset: ``$CORRAL_HOME/work``. Simulated
+    nodes sharing one home get one each: a job's tasks on two nodes run as two uids."""
     reconcile_interval_s: float = Field(default=2.0, gt=0)
+    """The agent's repair loop: re-adopting live tasks, settling ones that ended while it
+    was away, stopping what should not run."""
     stop_grace_s: float = Field(default=10.0, ge=0)
-    # The agent renews its lease every third of this; a node whose agent has been silent
-    # this long is declared lost and its tasks are retried elsewhere.
+    """SIGTERM to SIGKILL grace when the agent itself stops a task."""
     lease_s: float = Field(default=15.0, gt=0)
-
-    # Isolation (services/launcher/agent/sandbox). A root agent runs every task in a
-    # sandbox; an agent that cannot (not root, no cgroups) refuses to start unless this
-    # allows it to run tasks as its own user, unisolated (its node shows isolation: none).
+    """The agent renews its node's lease every third of this; a node whose agent has been
+    silent this long is declared lost and its tasks are retried elsewhere."""
     allow_unisolated: bool = False
-    # "dynamic": a uid of its own per job and node, from uid_range (systemd's DynamicUser);
-    # "account": the submitter's own POSIX account (Slurm's model; uids agree across nodes).
+    """A root agent runs every task in a sandbox; an agent that cannot (not root, no
+    cgroups) refuses to start unless this lets it run tasks as its own user, unisolated
+    (its node then shows ``isolation: none``). ``make up`` as an ordinary user sets it."""
     run_as: Literal["dynamic", "account"] = "dynamic"
-    # 0x7F000000-0x7F00FFFF: where systemd's list of uid ranges (UIDS-GIDS.md) has nothing,
-    # above its containers' (0x80000-0x6FFFFFFF) and clear of its own DynamicUser range
-    # (61184-65519), whose uids its services may hold.
+    """Whose uid a task runs as. ``dynamic``: a uid of its own per job and node, from
+    ``uid_range`` (systemd's DynamicUser); ``account``: the submitter's own POSIX account
+    (Slurm's model; uids must agree across nodes)."""
     uid_range: str = Field(default="2130706432-2130771967", pattern=r"^[1-9][0-9]*-[1-9][0-9]*$")
+    """The uids ``dynamic`` hands out, ``first-last``. The default, 0x7F000000-0x7F00FFFF, is
+    where systemd's list of uid ranges (UIDS-GIDS.md) has nothing: above its containers'
+    (0x80000-0x6FFFFFFF) and clear of its own DynamicUser range (61184-65519), whose uids
+    its services may hold."""
     pids_max: int = Field(default=4096, ge=16)
-    # Host directories tasks may write besides their own (shared datasets, checkpoints):
-    # colon-separated. Everything else of the host is read-only to a task.
+    """Processes (and threads) a task may have at once."""
     writable_paths: str = ""
-    # Host directories tasks may read even where a parent is private or hidden (an
-    # interpreter installed in root's home, a checkout in a private directory): each is
-    # shown read-only at its own path. Colon-separated.
+    """Host directories tasks may write besides their own (shared datasets, checkpoints),
+    colon-separated. Everything else of the host is read-only to a task."""
     readable_paths: str = ""
-    sandbox_helper: Path | None = None  # a prebuilt corral-sandbox (else built with cc)
-    cgroup_root: Path | None = None  # a delegated cgroup v2 subtree (else /sys/fs/cgroup)
-    device_root: Path = Path("/dev")  # where the GPUs' device nodes are
-    # Where uid claims are kept: one directory for every agent of the machine.
+    """Host directories tasks may read even where a parent is private or hidden (an
+    interpreter installed in root's home, a checkout in a private directory): each is
+    shown read-only at its own path. Colon-separated; ``make up`` adds its Python and
+    checkout."""
+    sandbox_helper: Path | None = None
+    """A prebuilt ``corral-sandbox`` helper. Unset: built with ``cc`` into
+    ``/var/lib/corral/sandbox-<hash>/``."""
+    cgroup_root: Path | None = None
+    """A delegated cgroup v2 subtree for the tasks. Unset: ``/sys/fs/cgroup``."""
+    device_root: Path = Path("/dev")
+    """Where the GPUs' device nodes are."""
     uid_claims_dir: Path = Path("/run/corral/uids")
+    """Where the uids handed to jobs are claimed: one directory for every agent of the
+    machine."""
 
     @property
     def uid_bounds(self) -> tuple[int, int]:

@@ -21,10 +21,10 @@ def test_the_shipped_rules_load_and_give_severities_and_runbooks() -> None:
         subject="job-1",
         data=JobEndedData(job_id="job-1", generation=1, reason="exit 3"),
     )
-    draft = draft_for(failed, rules.events)
+    draft = draft_for(failed, RulesInForce(None, "https://ops.example/runbooks").current.events)
     assert draft is not None
     assert draft.severity == "warning"
-    assert draft.annotations == {"runbook_url": "https://corral.dev/runbooks/job-failed"}
+    assert draft.annotations == {"runbook_url": "https://ops.example/runbooks/job-failed"}
 
 
 def test_a_bad_rules_file_is_refused_and_a_good_one_replaces_the_rules(tmp_path: Path) -> None:

