@@ -1,4 +1,5 @@
 # The two commands: `make up` runs Corral on this machine; `make test` runs every check.
+# `make test-fast` is the loop to run while working: the checks without the slow tests.
 # Both set up what they need (the virtualenv at .venv) on a fresh machine.
 
 PYTHON ?= python3
@@ -6,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck contracts pytest venv clean schema chaos config-reference
+.PHONY: up test test-fast lint typecheck contracts pytest venv clean schema chaos config-reference openapi
 
 venv: $(STAMP)
 
@@ -31,6 +32,11 @@ up: $(STAMP)
 	$(BIN)/python -m corral up
 
 test: lint typecheck contracts pytest
+
+# Every check but the tests that start whole stacks (e2e) or take long for another reason
+# (slow): what to run between two edits. `make test` still runs them all.
+test-fast: lint typecheck contracts
+	$(BIN)/pytest -m "not e2e and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -58,3 +64,7 @@ schema: $(STAMP)
 # docs/configuration.md from the settings classes (tests/docs/test_configuration.py checks it).
 config-reference: $(STAMP)
 	$(BIN)/python -m tests.config_reference
+
+# docs/api/openapi.json from the API's routes (tests/api/test_openapi_document.py checks it).
+openapi: $(STAMP)
+	$(BIN)/python -m tests.openapi_snapshot

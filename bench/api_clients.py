@@ -1,13 +1,12 @@
 """The load generators of ``bench.api`` and ``bench.e2e`` (``python -m bench.api_clients``).
 
-Why a separate process: on a 2-core machine a client in the API's own process (or in
+Why a separate process: on a machine of few cores a client in the API's own process (or in
 the benchmark's, next to the publisher) would share an event loop or a GIL with what it
 measures. Here it has its own interpreter, and the benchmark reports its CPU beside the
 API's so a reader can see it did not starve the server.
 
-Why not httpx: its client cost ~4 ms of CPU per request here (``GET /healthz``, 16
-connections, a loaded machine), as much as the server's side of a submit; the figures
-would measure the client. Both generators speak HTTP/1.1 over
+Why not httpx: its client costs about as much CPU per request as the server's side of a
+submit (docs/performance.md), so the figures would measure the client. Both generators speak HTTP/1.1 over
 asyncio directly: a submit worker writes one pre-encoded request on a keep-alive
 connection and reads the answer by its ``Content-Length`` (the API always sends one for
 JSON); an SSE subscriber is an ``asyncio.Protocol`` that only looks for the ``id:``

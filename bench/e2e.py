@@ -9,11 +9,11 @@ every job has ended, and prints one JSON line:
   task's process started (the attempt's ``started_at``), both stamped by Postgres' clock,
   measured on an idle cluster by ``--probes`` jobs submitted one at a time (so it is the
   platform's own latency, not time spent queueing for a GPU), once the node has
-  registered its GPUs (before, the first probe measured the node's start-up: ~0.5 s),
-  each probe once the one before has ended;
+  registered its GPUs (else the first probe would measure the node's start-up), each
+  probe once the one before has ended;
 - ``end_latency_p50_ms`` / ``_p99_ms``: the same probes' submit accepted to the job
-  ended (``finished_at``: SUCCEEDED recorded), what Ray's ~1.4 s from submit to a
-  trivial job's end (the launcher issue's anchor) measures;
+  ended (``finished_at``: SUCCEEDED recorded), the measure of Ray's ~1.4 s from submit
+  to a trivial job's end, the reference point for a job's overhead;
 - ``loaded_start_latency_p50_ms`` / ``_p99_ms``: the same during the throughput run, where
   1000 jobs compete for 8 GPUs and most of it is queueing;
 - ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client;
@@ -25,7 +25,7 @@ stderr) the N statements that took Postgres longest during the throughput run, w
 their calls and rows; the JSON line then carries ``postgres_statement_ms_per_job``.
 
 ``--runs N`` runs it N times, each on a fresh stack, ``--pause-s`` apart (30 s: run back
-to back, this machine slows down run after run, docs/performance.md), prints each run's
+to back, a shared machine can slow down run after run, docs/performance.md), prints each run's
 line to stderr, and prints the medians (``jobs_per_s_each_run`` lists every run's).
 
 ``--with-slurm`` also runs the Slurm peer (../shared/peers/slurm: setup.sh then
@@ -68,8 +68,8 @@ async def _submit_all(stack: BenchStack, jobs: int, concurrency: int) -> list[fl
     """Submit ``jobs`` jobs over ``concurrency`` keep-alive connections; their round trips.
 
     The load comes from ``bench.api_clients`` in a process of its own: an httpx client
-    here cost ~4 ms of CPU per submit (bench/api_clients.py), 4 s of the two cores over a
-    1000-job run, taken from the stack it measures."""
+    in this process would cost about as much CPU per submit as the API's side of it
+    (bench/api_clients.py), taken from the stack it measures."""
     spec = {
         "host": "127.0.0.1",
         "port": stack.port,

@@ -12,7 +12,7 @@ waiting job) in one process, on one core, over a simulated clock:
   32, 64 as 8-GPU instances), 100 users, a few high-priority jobs, half with a
   ``max_runtime_s``; run times exponential, mean one hour;
 - every cycle, like the live service's: jobs that ended give their GPUs back, a fresh
-  snapshot of every node is built (as ``repository.load_snapshot`` builds it from its
+  snapshot of every node is built (as ``snapshot.load_snapshot`` builds it from its
   rows), the first 5,000 pending jobs are planned (the live cycle's limit), and the
   decisions are applied (preempted jobs go back to the queue). Between cycles the clock
   moves 300 simulated seconds.

@@ -3,8 +3,8 @@
     python -m bench.simulate --trace ../shared/traces/bench_itp_cluster06.csv \\
         --nodes 16 --gpus-per-node 8 --policy corral
 
-Policies: fifo, fifo_bf, sjf, sjf_skip, srtf, las, corral (services/scheduler/policy/). The
-simulation itself is bench/sim_engine.py, whose docstring lists its assumptions.
+Policies: fifo, fifo_bf, sjf, sjf_skip, srtf, las, corral (bench/sim/policy/). The
+simulation itself is bench/sim/engine.py, whose docstring lists its assumptions.
 
 Metrics, over the jobs replayed (jobs wider than the cluster are skipped and counted):
 
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.sim_engine import Outcome, SimulationStuck, simulate
-from bench.traces import TraceError, load_trace
-from services.scheduler.policy import POLICIES
+from bench.sim.engine import Outcome, SimulationStuck, simulate
+from bench.sim.policy import POLICIES
+from bench.sim.traces import TraceError, load_trace
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

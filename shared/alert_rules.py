@@ -23,7 +23,9 @@ Severity = Literal["info", "warning", "critical"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict types too: a rules document's values are what the schema says (no 0 for false),
+    # whether it comes as an API request or in the rules file.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class EventRule(_Strict):

@@ -13,7 +13,8 @@ class CorralError(Exception):
     """Base of every error Corral raises on purpose.
 
     ``problem_type`` is the stable, machine-readable slug used in problem+json
-    (``https://corral.dev/problems/<slug>``); ``status`` is the HTTP status it maps to.
+    (``/docs/problems/<slug>``, documented in docs/problems.md); ``status`` is the HTTP
+    status it maps to.
     """
 
     problem_type = "internal"

@@ -5,16 +5,16 @@ for reference cycles, which Corral's hot paths (a scheduling cycle's records, a
 request's models) do not make. Yet with the default thresholds (a young collection
 every 700 net allocations) it walks those objects again and again: a scheduling cycle
 keeps ~100,000 records alive for its whole length, so they survive the young collections,
-are promoted, and trigger full collections over every object the process holds. In
-``bench.sched_throughput`` that was 30 % of the scheduler's CPU (gc.callbacks: 6.5 s of
-21 s), with 48 full collections in 93 cycles.
+are promoted, and trigger full collections over every object the process holds: in
+``bench.sched_throughput``, a large share of the scheduler's CPU (``gc.callbacks``
+counts it).
 
 In the API the cost is latency: 16 requests in flight keep their objects alive across
-young collections, so every ~600 submits a full collection walks the FastAPI app (its
-routes, pydantic models and OpenAPI schemas) for 40-45 ms, and every request in flight
-waits for it. In ``bench.api`` those pauses made the submit p99 (60 ms against a p50 of
-12 ms); frozen after the app is built, a full collection takes ~3 ms, the p99 is
-25-29 ms and a submit costs ~10 % less CPU.
+young collections, so every few hundred submits a full collection walks the FastAPI app
+(its routes, pydantic models and OpenAPI schemas) for tens of milliseconds, and every
+request in flight waits for it: in ``bench.api`` those pauses make the submit p99.
+Frozen after the app is built, a full collection is an order of magnitude shorter.
+(docs/performance.md has the figures.)
 
 So, once at start-up:
 
@@ -28,12 +28,8 @@ The older generations keep their defaults (and CPython's rule that a full collec
 waits until a quarter of the long-lived objects are new).
 
 The scheduler does this before it starts, the API once its app is built. The other
-services keep CPython's defaults: nothing there keeps such a crowd alive at once, and in
-``bench.e2e`` runs with every service set up like this, 3 of 6 had one
-start-latency probe in 50 take 0.4-0.6 s (the p99), against none of 5 without. That was
-most likely the consumer stall found later, which struck runs at random (an idle fetch
-waited for an earlier fetch's request to expire: ``shared/bus/nats.py``), not the
-collector; not measured again, so not taken where it had not shown a gain.
+services keep CPython's defaults: nothing there keeps such a crowd alive at once, so
+the setting is taken only where it shows a gain.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.request_types import Integer
+
 # Limits that keep one request from asking for something absurd. They are sanity caps,
 # not capacity checks: whether a job fits the cluster is the scheduler's question.
 MAX_TASK_ROLES = 32
@@ -45,9 +47,14 @@ class JobState(StrEnum):
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
-# Which service may move a job from one state to another (docs/tables.md). The launcher,
-# which owns most transitions, checks each one with ``check_transition``; the API's and
-# the scheduler's single transitions are guarded by their SQL (``WHERE state = ...``).
+# Which service may move a job from one state to another (docs/tables.md). The launcher's
+# transitions made in Python (a job's decision, a cancel, a requeue) are checked with
+# ``check_transition``. Those made in one SQL
+# statement are guarded by its ``WHERE state = ...`` instead: the API's PENDING ->
+# CANCELLED (``cancel_pending_job``), the scheduler's PENDING -> SCHEDULED
+# (``commit_placements``), and the launcher's SCHEDULED -> RUNNING with a job's first
+# task to start (``job_running_with_its_first_task`` for the Kubernetes runner,
+# ``launcher.node_mark_running`` for a node agent).
 TRANSITIONS: dict[tuple[JobState, JobState], str] = {
     (JobState.PENDING, JobState.SCHEDULED): "scheduler",
     (JobState.PENDING, JobState.CANCELLED): "api",
@@ -77,11 +84,11 @@ def check_transition(current: JobState, target: JobState, actor: str) -> None:
 class Resources(BaseModel):
     """Per-instance resources."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_INSTANCE, description="GPUs per instance")
+    gpus: Integer = Field(default=0, ge=0, le=MAX_GPUS_PER_INSTANCE, description="GPUs per instance")
     cpus: float = Field(default=1.0, gt=0, le=1024, description="CPU cores per instance")
-    memory_mb: int = Field(default=1024, gt=0, le=16 * 1024 * 1024, description="Memory per instance")
+    memory_mb: Integer = Field(default=1024, gt=0, le=16 * 1024 * 1024, description="Memory per instance")
     gpu_type: str | None = Field(
         default=None,
         max_length=64,
@@ -113,10 +120,10 @@ class ExitRule(BaseModel):
     retried up to the job's ``max_retries``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = Field(default=None, max_length=256)
-    signals: list[Annotated[int, Field(ge=1, le=64)]] | None = Field(default=None, max_length=64)
+    exit_codes: list[Annotated[Integer, Field(ge=0, le=255)]] | None = Field(default=None, max_length=256)
+    signals: list[Annotated[Integer, Field(ge=1, le=64)]] | None = Field(default=None, max_length=64)
     platform: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")
     log_pattern: str | None = Field(default=None, max_length=256)
     classification: Classification
@@ -140,9 +147,9 @@ class ExitRule(BaseModel):
 
 
 class RetryPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    max_retries: int = Field(default=0, ge=0, le=100, description="retries of `unknown` failures")
+    max_retries: Integer = Field(default=0, ge=0, le=100, description="retries of `unknown` failures")
     backoff_s: float = Field(default=10.0, ge=0, le=3600, description="first retry delay; doubles")
     max_backoff_s: float = Field(default=600.0, ge=0, le=86_400)
     rules: list[ExitRule] = Field(
@@ -153,19 +160,19 @@ class RetryPolicy(BaseModel):
 class Completion(BaseModel):
     """When a task role is done (OpenPAI's ``completion``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    min_succeeded: int | None = Field(
+    min_succeeded: Integer | None = Field(
         default=None, ge=1, description="the role succeeds once this many instances did (default: all)"
     )
-    min_failed: int = Field(default=1, ge=1, description="the job fails once this many instances failed")
+    min_failed: Integer = Field(default=1, ge=1, description="the job fails once this many instances failed")
 
 
 class TaskRole(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case role name, e.g. worker")]
-    instances: int = Field(default=1, ge=1, le=MAX_INSTANCES_PER_ROLE)
+    instances: Integer = Field(default=1, ge=1, le=MAX_INSTANCES_PER_ROLE)
     command: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)
     image: str | None = Field(
         default=None,
@@ -174,9 +181,20 @@ class TaskRole(BaseModel):
         description="container image (Kubernetes driver); the local driver runs on the host",
     )
     resources: Resources = Resources()
-    env: dict[str, str] = Field(default_factory=dict)
-    ports: dict[str, Annotated[int, Field(ge=1, le=16)]] = Field(
-        default_factory=dict, description="ports to allocate per instance, by label"
+    # The validators below check names and sizes with messages of their own; the schema
+    # states the same rules, so that a client can tell a valid spec without sending it.
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={
+            "maxProperties": MAX_ENV_VARS,
+            "propertyNames": {"pattern": _ENV_NAME_RE.pattern},
+            "additionalProperties": {"type": "string", "maxLength": 32_768, "pattern": "^[^\\x00]*$"},
+        },
+    )
+    ports: dict[str, Annotated[Integer, Field(ge=1, le=16)]] = Field(
+        default_factory=dict,
+        description="ports to allocate per instance, by label",
+        json_schema_extra={"maxProperties": 16, "propertyNames": {"pattern": _LABEL_RE.pattern}},
     )
     completion: Completion = Completion()
 
@@ -186,7 +204,7 @@ class TaskRole(BaseModel):
         if len(value) > 16:
             raise ValueError("at most 16 port labels per task role")
         for label in value:
-            if not _LABEL_RE.match(label):
+            if not _LABEL_RE.fullmatch(label):
                 raise ValueError(f"port label {label!r} must be a letter then letters, digits or _")
         return value
 
@@ -214,7 +232,7 @@ class TaskRole(BaseModel):
         if len(value) > MAX_ENV_VARS:
             raise ValueError(f"at most {MAX_ENV_VARS} environment variables per task role")
         for name, item in value.items():
-            if not _ENV_NAME_RE.match(name):
+            if not _ENV_NAME_RE.fullmatch(name):
                 raise ValueError(f"environment variable name {name!r} is not a valid shell name")
             if "\x00" in item or len(item) > 32_768:
                 raise ValueError(f"environment variable {name} is too long or contains NUL")
@@ -224,9 +242,12 @@ class TaskRole(BaseModel):
 class JobSpec(BaseModel):
     """What a user submits: ``POST /api/v1/jobs``."""
 
+    # Strict, as every model of the spec: a JSON body's types are the schema's (no true
+    # for 1, no "4" for 4), for the spec is checked as the user sent it.
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        strict=True,
         json_schema_extra={
             "examples": [
                 {
@@ -247,8 +268,8 @@ class JobSpec(BaseModel):
     name: Annotated[str, Field(pattern=NAME_PATTERN, description="lower-case job name")]
     tasks: list[TaskRole] = Field(min_length=1, max_length=MAX_TASK_ROLES)
     virtual_cluster: Annotated[str, Field(pattern=NAME_PATTERN)] = "default"
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    max_runtime_s: int | None = Field(
+    priority: Integer = Field(default=0, ge=-1000, le=1000)
+    max_runtime_s: Integer | None = Field(
         default=None, ge=1, le=90 * 86_400, description="tasks still running after this are stopped"
     )
     retry: RetryPolicy = RetryPolicy()

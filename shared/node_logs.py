@@ -1,7 +1,7 @@
 """A task's log, asked of the node that ran it: core NATS request/reply on
 ``corral.logs.<node>``, as the Kubernetes API server asks a kubelet for a container's log.
 
-The API asks (``services/api/logs.py``); the node's agent answers from its own log dir,
+The API asks (``services/api/jobs/logs.py``); the node's agent answers from its own log dir,
 and for the nodes the launcher runs through Kubernetes, the launcher does, with the same
 code (``services/launcher/task_logs.py``). So the API needs no shared filesystem and an
 agent no inbound port: it subscribes to its own node's subject only, and the API

@@ -17,8 +17,8 @@ that dies into exit status 1, so the supervisor restarts the process. There are 
 untracked tasks: everything runs under the one TaskGroup.
 
 Services run on uvloop's event loop: they mostly wait on sockets (Postgres, NATS, HTTP),
-and uvloop does an asyncpg round trip for ~22 % less CPU than asyncio's own loop here
-(docs/performance.md). The node agent too: it starts its tasks with ``subprocess.Popen``
+and uvloop does an asyncpg round trip for less CPU than asyncio's own loop
+(docs/performance.md has the figure). The node agent too: it starts its tasks with ``subprocess.Popen``
 and awaits their exits on pidfds, not through uvloop's subprocess API, which forks
 (services/launcher/agent/processes.py). Tests that run a service's parts in-process use
 pytest's standard loop; nothing in Corral depends on which loop it is.

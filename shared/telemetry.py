@@ -72,8 +72,8 @@ def _unrecorded(parent_sampled: bool) -> bool:
     ``parent_sampled``: the process exports nothing and the parent is not sampled.
 
     Such a span would only get new ids, which nobody reads (log lines carry the trace
-    id, the same either way). The messaging spans are then skipped, ~0.1 ms of CPU each
-    and a dozen per job (bench.e2e); a message keeps its parent's ``traceparent``. A
+    id, the same either way). The messaging spans are then skipped, a dozen per job,
+    each with its CPU (docs/performance.md); a message keeps its parent's ``traceparent``. A
     provider installed since ``setup_telemetry`` (a test's) is followed as it is."""
     return (
         not parent_sampled

@@ -242,7 +242,7 @@ SECTIONS: tuple[Section, ...] = (
                 "",
                 "An OpenPAI job's secrets: `<% $secrets.y %>` in a command becomes "
                 "`${CORRAL_SECRET_Y}` in the stored spec, and the value is set here "
-                "(services/api/openpai.py).",
+                "(services/api/jobs/openpai.py).",
             ),
         ),
     ),
@@ -259,8 +259,8 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Variable(
                 "CORRAL_SCHEMATHESIS_EXAMPLES",
-                "`20`",
-                "Examples per operation, caller and mode of the API's property-based test "
+                "`45`",
+                "Examples per operation, caller and phase of the API's schemathesis run "
                 "(tests/api/test_schemathesis.py); 200 for a deeper hunt.",
             ),
             Variable(

@@ -1,10 +1,18 @@
-"""Fixtures for the whole suite: real Postgres, real NATS, and leak checks."""
+"""Fixtures for the whole suite: real Postgres, real NATS, and leak checks.
+
+Fixtures that more than one test directory uses live in ``tests/fixtures/`` and are
+registered here as plugins, so a test asks for them by name and no conftest imports
+another's. Every test that boots a whole stack is marked ``e2e`` here, by where it lives
+or by the fixture it asks for, so that ``pytest -m "not e2e"`` stays a quick loop without
+each such test having to remember its marker.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -14,9 +22,29 @@ from shared.db.migrations import apply_migrations
 from shared.db.pool import Database, connect
 from shared.settings import DatabaseSettings, NatsSettings
 from tests.infra import PostgresServer, nats_server, postgres_server, unique_name
-from tests.receivers import receivers  # noqa: F401  # a fixture for every test directory
+
+pytest_plugins = [
+    "tests.fixtures.api",
+    "tests.fixtures.otlp_collector",
+    "tests.fixtures.receivers",
+    "tests.fixtures.stack",
+]
 
 TEMPLATE = "corral_template"
+
+E2E_DIRECTORY = Path(__file__).parent / "e2e"
+# Fixtures that start the whole stack as real processes: a test asking for one is e2e
+# wherever it lives (the CLI's ``submit --wait``, for one).
+STACK_FIXTURES = frozenset({"stack"})
+
+
+# tryfirst: before pytest's own ``-m`` selection reads the markers.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        uses_stack = not STACK_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if uses_stack or item.path.is_relative_to(E2E_DIRECTORY):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

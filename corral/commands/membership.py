@@ -1,5 +1,5 @@
 """``corral join-token``, ``corral join``, ``corral remove-node``, ``corral bus-credentials``:
-who belongs to the cluster (services/api/node_join.py says how joining works)."""
+who belongs to the cluster (services/api/cluster/node_join.py says how joining works)."""
 
 from __future__ import annotations
 

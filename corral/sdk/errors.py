@@ -16,7 +16,9 @@ from typing import Any
 
 import httpx
 
-PROBLEM_BASE = "https://corral.dev/problems/"
+# Where the API's problem types live: a problem's ``type`` is this path plus the type's
+# slug, relative to the API's URL (``GET`` it there for what the problem means).
+PROBLEM_BASE = "/docs/problems/"
 
 
 class CorralError(Exception):
@@ -57,8 +59,9 @@ class ApiError(CorralError):
 
     @property
     def slug(self) -> str:
-        """The problem type's last part, e.g. ``not-found`` or ``invalid-input``."""
-        return self.type.removeprefix(PROBLEM_BASE)
+        """The problem type's last part, e.g. ``not-found`` or ``invalid-input`` (of
+        ``/docs/problems/not-found``, or of any absolute URI ending so)."""
+        return self.type.rstrip("/").rsplit("/", 1)[-1]
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> ApiError:

@@ -27,8 +27,8 @@ import torch
 
 # DistributedDataParallel's constructor imports torch._dynamo. Imported for the first time
 # while a process group exists, it keeps that group alive (torch 2.13): no later
-# destroy_process_group could free its gloo backend, whose threads then ran on while the
-# interpreter exited, and that race sometimes aborted a rank after its last line
+# destroy_process_group can free its gloo backend, whose threads then run on while the
+# interpreter exits, and that race sometimes aborts a rank after its last line
 # ("terminate called without an active exception", exit 134). Imported before the group
 # exists, it keeps nothing.
 import torch._dynamo

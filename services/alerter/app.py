@@ -11,7 +11,8 @@ import httpx
 from services.alerter.conditions import reconcile_conditions
 from services.alerter.delivery import Deliverer
 from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
-from services.alerter.repository import escalate_due, publish_rules_in_force, repeat_due, rule_overrides
+from services.alerter.notifications import escalate_due, repeat_due
+from services.alerter.repository import publish_rules_in_force, rule_overrides
 from services.alerter.routing import RoutingFile
 from services.alerter.rule_config import RulesInForce
 from services.alerter.settings import Settings

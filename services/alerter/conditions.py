@@ -6,15 +6,13 @@ They are reconciled: each check computes the alerts that should be open now; new
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from services.alerter import repository
+from services.alerter.alert_lifecycle import open_alert, resolve
 from services.alerter.routing import Routing
 from services.alerter.rules import AlertDraft, drafted
 from shared.alert_rules import AlertRules
 from shared.db.pool import Connection
-from shared.db.queries import Queries
 
-SQL = Queries(Path(__file__).parent / "sql")
 CONDITION_RULES = ("JobPendingTooLong", "GpuIdle", "VcStarved", "ServiceDown")
 
 
@@ -30,7 +28,7 @@ async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertD
     drafts = []
     pending = rules.conditions.job_pending_too_long
     if pending.enabled:
-        for row in await conn.fetch(SQL.jobs_pending_longer_than, pending.after_s):
+        for row in await repository.jobs_pending_longer_than(conn, pending.after_s):
             summary = (
                 f"job {row['id']} ({row['name']}) has been pending for {_duration(row['age_s'])}"
                 f" waiting for {row['total_gpus']} GPU(s)"
@@ -44,7 +42,7 @@ async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertD
             )
     idle = rules.conditions.gpu_idle
     if idle.enabled:
-        for row in await conn.fetch(SQL.idle_jobs, idle.for_s, idle.below_pct):
+        for row in await repository.idle_jobs(conn, idle.for_s, idle.below_pct):
             summary = (
                 f"job {row['job_id']} holds {row['gpus']} GPU(s) under {idle.below_pct:g}% "
                 f"utilisation for {_duration(idle.for_s)} (at most {row['util_max']:.0f}%)"
@@ -53,7 +51,7 @@ async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertD
             drafts.append(drafted(idle, "GpuIdle", f"GpuIdle/{row['job_id']}", summary, labels))
     starved = rules.conditions.vc_starved
     if starved.enabled:
-        for row in await conn.fetch(SQL.starved_virtual_clusters, starved.after_s):
+        for row in await repository.starved_virtual_clusters(conn, starved.after_s):
             vc = row["virtual_cluster"]
             summary = (
                 f"virtual cluster {vc}: {row['jobs']} job(s) wanting {row['gpus']} GPU(s) pending,"
@@ -63,7 +61,7 @@ async def current_conditions(conn: Connection, rules: AlertRules) -> list[AlertD
             drafts.append(drafted(starved, "VcStarved", f"VcStarved/{vc}", summary, {"virtual_cluster": vc}))
     down = rules.conditions.service_down
     if down.enabled:
-        for row in await conn.fetch(SQL.silent_services, down.after_s, down.services):
+        for row in await repository.silent_services(conn, down.after_s, down.services):
             service = row["service"]
             summary = (
                 f"service {service} is down: none of its {row['instances']} instance(s) on record"
@@ -79,15 +77,13 @@ async def reconcile_conditions(
     conn: Connection, rules: AlertRules, routing: Routing
 ) -> tuple[list[str], list[str]]:
     """Open the condition alerts that hold and resolve those that ended: (opened, resolved)."""
-    from services.alerter.repository import open_alert, resolve
-
     drafts = await current_conditions(conn, rules)
     opened = [alert_id for d in drafts if (alert_id := await open_alert(conn, d, routing)) is not None]
     holding = {d.fingerprint for d in drafts}
     resolved = []
-    for row in await conn.fetch(SQL.open_condition_alerts, list(CONDITION_RULES)):
-        if row["fingerprint"] not in holding and await resolve(
-            conn, row["id"], "alerter", "the condition no longer holds", routing
+    for alert in await repository.open_condition_alerts(conn, list(CONDITION_RULES)):
+        if alert.fingerprint not in holding and await resolve(
+            conn, alert.id, "alerter", "the condition no longer holds", routing
         ):
-            resolved.append(row["id"])
+            resolved.append(alert.id)
     return opened, resolved

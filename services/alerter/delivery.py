@@ -24,9 +24,8 @@ from typing import Any
 
 import httpx
 
-from services.alerter import metrics
+from services.alerter import metrics, repository
 from services.alerter.payloads import combine
-from services.alerter.repository import SQL
 from services.alerter.settings import AlerterSettings
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Connection, Database
@@ -59,7 +58,7 @@ class Deliverer:
     async def deliver_due(self) -> int:
         """Send what is due now; returns how many notifications were claimed."""
         async with self._db.transaction() as conn:
-            rows = await conn.fetch(SQL.claim_notifications, self._settings.delivery_lease_s, 100)
+            rows = await repository.claim_notifications(conn, self._settings.delivery_lease_s, 100)
         if rows:
             in_order = sorted((dict(r) for r in rows), key=lambda r: int(r["id"]))  # as they happened
             await asyncio.gather(*(self._deliver(batch) for batch in _batches(in_order)))
@@ -74,8 +73,8 @@ class Deliverer:
         async with self._db.transaction() as conn:
             if error is None:
                 for row in batch:
-                    await conn.execute(SQL.notification_sent, row["id"], status)
-                await conn.execute(SQL.group_sent, first["receiver"], first["group_key"])
+                    await repository.notification_sent(conn, row["id"], status)
+                await repository.group_sent(conn, first["receiver"], first["group_key"])
                 metrics.DELIVERIES.labels(first["kind"], "sent").inc()
                 return
             outcomes = {await self._failed(conn, row, status, error) for row in batch}
@@ -109,11 +108,11 @@ class Deliverer:
         permanent = status is not None and 400 <= status < 500 and status not in RETRYABLE
         if permanent or age_s > self._settings.give_up_after_s:
             log.error("notification %s to %s failed for good: %s", row["id"], row["receiver"], error)
-            await conn.execute(SQL.notification_failed, row["id"], status, error)
+            await repository.notification_failed(conn, row["id"], status, error)
             return "failed"
         backoff = min(2.0 ** (row["attempts"] - 1), self._settings.max_backoff_s)
         log.warning("notification %s to %s: %s; again in %.0fs", row["id"], row["receiver"], error, backoff)
-        await conn.execute(SQL.notification_retry, row["id"], backoff, status, error)
+        await repository.notification_retry(conn, row["id"], backoff, status, error)
         return "retrying"
 
 

@@ -7,47 +7,41 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from services.alerter.repository import (
-    SQL,
-    acknowledge,
-    apply_silence_request,
-    open_alert,
-    resolve,
-    resolve_fingerprint,
-    set_rule_overrides,
-)
+from services.alerter import repository
+from services.alerter.alert_lifecycle import acknowledge, open_alert, resolve, resolve_fingerprint
+from services.alerter.repository import apply_silence_request, set_rule_overrides
 from services.alerter.routing import RoutingFile
 from services.alerter.rule_config import RulesInForce
 from services.alerter.rules import AlertDraft, draft_for, resolutions
 from shared.bus import ConsumerConfig
 from shared.bus.streams import ALERTS, JOBS, NODES
 from shared.db.pool import Connection, Database
-from shared.events import AlertActionRequested, AlertRulesRequested, Event, SilenceRequested
+from shared.events import (
+    AlertActionRequested,
+    AlertRulesRequested,
+    Event,
+    JobFailed,
+    NodeDrained,
+    NodeRegistered,
+    NodeUndrained,
+    NodeUnreachable,
+    SilenceRequested,
+    subjects_of,
+)
 from shared.idempotency import first_time
 
 log = logging.getLogger(__name__)
 
-JOB_EVENTS = ConsumerConfig(
-    stream=JOBS.name, durable="alerter-jobs", filter_subjects=("corral.job.failed.>",)
-)
+JOB_EVENTS = ConsumerConfig(stream=JOBS.name, durable="alerter-jobs", filter_subjects=subjects_of(JobFailed))
 NODE_EVENTS = ConsumerConfig(
     stream=NODES.name,
     durable="alerter-nodes",
-    filter_subjects=(
-        "corral.node.unreachable.>",
-        "corral.node.drained.>",
-        "corral.node.registered.>",
-        "corral.node.undrained.>",
-    ),
+    filter_subjects=subjects_of(NodeUnreachable, NodeDrained, NodeRegistered, NodeUndrained),
 )
 ALERT_ACTIONS = ConsumerConfig(
     stream=ALERTS.name,
     durable="alerter-actions",
-    filter_subjects=(
-        "corral.alert.action_requested.>",
-        "corral.alert.silence_requested.>",
-        "corral.alert.rules_requested.>",
-    ),
+    filter_subjects=subjects_of(AlertActionRequested, SilenceRequested, AlertRulesRequested),
 )
 
 
@@ -105,8 +99,8 @@ class AlerterHandlers:
 async def _with_owner(conn: Connection, draft: AlertDraft) -> AlertDraft:
     """A job's alert names its owner and virtual cluster, so routes can reach the owner."""
     job_id = draft.labels.get("job")
-    row = await conn.fetchrow(SQL.job_owner, job_id) if job_id else None
-    if row is None:
+    found = await repository.job_owner(conn, job_id) if job_id else None
+    if found is None:
         return draft
-    owner = {"user": row["username"], "virtual_cluster": row["virtual_cluster"]}
+    owner = {"user": found[0], "virtual_cluster": found[1]}
     return replace(draft, labels={**draft.labels, **owner})

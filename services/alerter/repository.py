@@ -1,177 +1,213 @@
-"""All of the alerter's SQL."""
+"""All of the alerter's SQL, through the named queries of ``sql/``: alerts and their
+transitions, the notification queue and log, silences, rule overrides, and the reads the
+condition rules check. Nothing here decides, and no event is built here:
+``alert_lifecycle.py``, ``notifications.py``, ``conditions.py`` and ``delivery.py``
+decide. An admin's request (a silence, rule overrides) is written as asked.
+
+An alert's row is handed on as a dict of its columns: that is what the payloads of
+every receiver kind are made from (``payloads.py``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from asyncpg import Record
+import asyncpg
 
-from services.alerter.payloads import labels_of, payload_for, url_of
-from services.alerter.routing import IMMEDIATE, Grouping, Receiver, Routing
 from services.alerter.rule_config import RulesInForce
-from services.alerter.rules import ONE_SHOT_RULES, AlertDraft
 from shared.db.pool import Connection
 from shared.db.queries import Queries
-from shared.events import AlertChanged, AlertFiring
-from shared.events.alerts import (
-    AlertChangedData,
-    AlertFiringData,
-    AlertRulesRequestedData,
-    Matcher,
-    SilenceRequestedData,
-)
-from shared.ids import new_alert_id
-from shared.outbox import append
+from shared.events.alerts import AlertRulesRequestedData, SilenceRequestedData
 
 SQL = Queries(Path(__file__).parent / "sql")
-SOURCE = "corral/alerter"
 
 
-async def open_alert(conn: Connection, draft: AlertDraft, routing: Routing) -> str | None:
-    alert_id = await conn.fetchval(
-        SQL.open_alert,
-        new_alert_id(),
-        draft.rule,
-        draft.fingerprint,
-        draft.severity,
-        draft.summary,
-        draft.labels,
-        draft.annotations,
+class ChangedAlert(NamedTuple):
+    """An alert a state change applied to, and its state before."""
+
+    id: str
+    rule: str
+    fingerprint: str
+    previous_state: str
+
+
+class Notification(NamedTuple):
+    """One row of ``alerter.notifications`` (the key and where it goes), less its
+    timing: a change of ``alert_id`` for ``receiver``, in round ``round_``."""
+
+    alert_id: str
+    event: str
+    receiver: str
+    kind: str
+    url: str
+    payload: dict[str, Any]
+    group_key: str
+    round_: int
+
+
+class Told(NamedTuple):
+    receiver: str
+    group_key: str
+
+
+class Silence(NamedTuple):
+    id: str
+    matchers: list[dict[str, Any]]
+
+
+class OpenAlert(NamedTuple):
+    id: str
+    fingerprint: str
+
+
+# --- alerts ------------------------------------------------------------------------------
+
+
+async def insert_alert(
+    conn: Connection,
+    alert_id: str,
+    rule: str,
+    fingerprint: str,
+    severity: str,
+    summary: str,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+) -> str | None:
+    """A new firing alert; None when one of that fingerprint is open already."""
+    inserted: str | None = await conn.fetchval(
+        SQL.open_alert, alert_id, rule, fingerprint, severity, summary, labels, annotations
     )
-    if alert_id is None:
-        return None
-    await conn.execute(SQL.record_transition, alert_id, None, "firing", "alerter", draft.summary)
-    await _notify(conn, alert_id, "firing", "alerter", routing)
-    event = AlertFiring(
-        source=SOURCE,
-        subject=alert_id,
-        data=AlertFiringData(
-            alert_id=alert_id,
-            rule=draft.rule,
-            severity=draft.severity,
-            summary=draft.summary,
-            labels=draft.labels,
-        ),
-    )
-    await append(conn, event, aggregate=alert_id)
-    return str(alert_id)
+    return inserted
 
 
-async def _announce(conn: Connection, row: Record, state: str, by: str, note: str) -> None:
-    event = AlertChanged(
-        source=SOURCE,
-        subject=row["id"],
-        data=AlertChangedData(
-            alert_id=row["id"],
-            rule=row["rule"],
-            fingerprint=row["fingerprint"],
-            state=state,
-            by=by,
-            note=note,
-        ),
-    )
-    await append(conn, event, aggregate=row["id"])
+async def record_transition(
+    conn: Connection, alert_id: str, from_state: str | None, to_state: str, by: str, note: str
+) -> None:
+    await conn.execute(SQL.record_transition, alert_id, from_state, to_state, by, note)
 
 
-async def acknowledge(conn: Connection, alert_id: str, by: str, note: str, routing: Routing) -> bool:
-    """ "I'm on it": only a firing alert; False if it was not firing (or does not exist)."""
+async def acknowledge(conn: Connection, alert_id: str, by: str) -> ChangedAlert | None:
+    """firing → acknowledged; None if it was not firing (or does not exist)."""
     row = await conn.fetchrow(SQL.acknowledge, alert_id, by)
-    if row is None:
-        return False
-    await conn.execute(SQL.record_transition, alert_id, "firing", "acknowledged", by, note)
-    await _announce(conn, row, "acknowledged", by, note)
-    await _notify(conn, alert_id, "acknowledged", by, routing)
-    return True
+    return None if row is None else ChangedAlert(row["id"], row["rule"], row["fingerprint"], "firing")
 
 
-async def resolve(conn: Connection, alert_id: str, by: str, note: str, routing: Routing) -> bool:
+async def resolve(conn: Connection, alert_id: str, by: str) -> ChangedAlert | None:
+    """firing or acknowledged → resolved; None if it was resolved (or does not exist)."""
     row = await conn.fetchrow(SQL.resolve, alert_id, by)
     if row is None:
-        return False
-    await conn.execute(SQL.record_transition, alert_id, row["previous_state"], "resolved", by, note)
-    await _announce(conn, row, "resolved", by, note)
-    await _notify(conn, alert_id, "resolved", by, routing)
-    return True
+        return None
+    return ChangedAlert(row["id"], row["rule"], row["fingerprint"], row["previous_state"])
 
 
-async def resolve_fingerprint(conn: Connection, fingerprint: str, note: str, routing: Routing) -> bool:
-    """The cause went away: resolve the open alert of that fingerprint, if any."""
-    alert_id = await conn.fetchval(SQL.open_alert_by_fingerprint, fingerprint)
-    return alert_id is not None and await resolve(conn, alert_id, "alerter", note, routing)
+async def open_alert_by_fingerprint(conn: Connection, fingerprint: str) -> str | None:
+    alert_id: str | None = await conn.fetchval(SQL.open_alert_by_fingerprint, fingerprint)
+    return alert_id
 
 
-async def _notify(conn: Connection, alert_id: str, event: str, by: str, routing: Routing) -> None:
-    """Queue the change (same transaction): a firing for every receiver the routing picks —
-    logged as suppressed when a silence or an inhibition covers the alert — and an
-    acknowledge or resolve for every receiver that was told of the firing (escalation
-    receivers included), so no incident is left open anywhere. Each goes in its group."""
+async def alert_row(conn: Connection, alert_id: str) -> dict[str, Any] | None:
     row = await conn.fetchrow(SQL.alert_row, alert_id)
-    assert row is not None  # changed in this very transaction
-    alert = dict(row)
-    labels = labels_of(alert)
-    grouping = routing.route.grouping(labels, alert["fingerprint"])
-    if event == "firing":
-        plan = [(receiver, grouping) for receiver in routing.receivers_for(labels)]
-        suppressed_by = await _suppression(conn, labels)
-    else:
-        told = await conn.fetch(SQL.receivers_told, alert_id)
-        plan = [
-            (receiver, replace(grouping, key=r["group_key"]))
-            for r in told
-            if (receiver := routing.receiver(r["receiver"])) is not None  # (one since removed: not told)
-        ]
-        suppressed_by = None
-    for receiver, group in plan:
-        await _enqueue(conn, alert, event, by, receiver, group, suppressed_by=suppressed_by)
+    return None if row is None else dict(row)
 
 
-async def _enqueue(
+async def firing_alerts(conn: Connection) -> list[dict[str, Any]]:
+    """The alerts nobody acknowledged yet, oldest first, with their ``age_s``."""
+    return [dict(row) for row in await conn.fetch(SQL.firing_alerts)]
+
+
+async def repeat_candidates(conn: Connection, one_shot_rules: list[str]) -> list[dict[str, Any]]:
+    """Alerts still firing (not of ``one_shot_rules``), each with a receiver's latest
+    round of the firing: ``receiver``, ``group_key``, ``round``, ``last_state`` (sent or
+    suppressed) and ``since_s``."""
+    return [dict(row) for row in await conn.fetch(SQL.repeat_candidates, one_shot_rules)]
+
+
+async def open_condition_alerts(conn: Connection, rules: list[str]) -> list[OpenAlert]:
+    return [
+        OpenAlert(row["id"], row["fingerprint"]) for row in await conn.fetch(SQL.open_condition_alerts, rules)
+    ]
+
+
+async def job_owner(conn: Connection, job_id: str) -> tuple[str, str] | None:
+    """(user, virtual cluster) of the job, if it exists."""
+    row = await conn.fetchrow(SQL.job_owner, job_id)
+    return None if row is None else (row["username"], row["virtual_cluster"])
+
+
+# --- notifications -----------------------------------------------------------------------
+
+
+async def receivers_told(conn: Connection, alert_id: str) -> list[Told]:
+    """The receivers told (or being told) of the alert's firing, with their group."""
+    return [Told(row["receiver"], row["group_key"]) for row in await conn.fetch(SQL.receivers_told, alert_id)]
+
+
+async def group_due(
     conn: Connection,
-    alert: dict[str, Any],
-    event: str,
-    by: str,
-    receiver: Receiver,
-    group: Grouping,
-    *,
-    round_: int = 0,
-    repeat: bool = False,
-    suppressed_by: str | None = None,
-) -> bool:
-    """Queue one notification, due when its group's timing says; False if this receiver is
-    not told of this kind of change, or it was queued already."""
-    body = payload_for(receiver, alert, event, by, group, repeat=repeat)
-    if body is None:
-        return False
-    args = (alert["id"], event, receiver.name, receiver.kind, url_of(receiver), body, group.key, round_)
-    if suppressed_by is not None:
-        return await conn.execute(SQL.enqueue_suppressed, *args, suppressed_by) == "INSERT 0 1"
-    due = None  # now: the default timing sends every change at once, without a query
-    if group.wait_s or group.interval_s:
-        due = await conn.fetchval(
-            SQL.group_due, receiver.name, group.key, alert["id"], group.wait_s, group.interval_s,
-            event == "firing",
-        )  # fmt: skip
-    return await conn.execute(SQL.enqueue_notification, *args, due) == "INSERT 0 1"
+    receiver: str,
+    group_key: str,
+    alert_id: str,
+    wait_s: float,
+    interval_s: float,
+    firing: bool,
+) -> datetime | None:
+    """When a change of ``alert_id`` is due at ``receiver`` in its group (see the query)."""
+    due: datetime | None = await conn.fetchval(
+        SQL.group_due, receiver, group_key, alert_id, wait_s, interval_s, firing
+    )
+    return due
 
 
-async def _suppression(conn: Connection, labels: dict[str, str]) -> str | None:
-    """Why an alert with these labels must not be sent now, or None."""
-    for row in await conn.fetch(SQL.active_silences):
-        matchers = [Matcher.model_validate(m) for m in row["matchers"]]
-        if all(m.matches(labels) for m in matchers):
-            return f"silenced by {row['id']}"
-    # Inhibition: while a node is unreachable, its other alerts are consequences of that.
-    node = labels.get("node")
-    if node and labels.get("rule") != "NodeUnreachable":
-        unreachable = await conn.fetchval(SQL.open_unreachable_for_node, node)
-        if unreachable is not None:
-            return f"inhibited by {unreachable} (node {node} unreachable)"
-    return None
+async def enqueue_notification(conn: Connection, notification: Notification, due: datetime | None) -> bool:
+    """Queue it, due at ``due`` (None: now); False if it was queued already."""
+    return await conn.execute(SQL.enqueue_notification, *notification, due) == "INSERT 0 1"
+
+
+async def enqueue_suppressed(conn: Connection, notification: Notification, suppressed_by: str) -> bool:
+    """Log it as suppressed (never sent); False if it was logged already."""
+    return await conn.execute(SQL.enqueue_suppressed, *notification, suppressed_by) == "INSERT 0 1"
+
+
+async def claim_notifications(conn: Connection, lease_s: float, limit: int) -> list[asyncpg.Record]:
+    """Up to ``limit`` notifications due now, leased for ``lease_s``."""
+    return await conn.fetch(SQL.claim_notifications, lease_s, limit)
+
+
+async def notification_sent(conn: Connection, notification_id: int, status: int | None) -> None:
+    await conn.execute(SQL.notification_sent, notification_id, status)
+
+
+async def group_sent(conn: Connection, receiver: str, group_key: str) -> None:
+    await conn.execute(SQL.group_sent, receiver, group_key)
+
+
+async def notification_failed(conn: Connection, notification_id: int, status: int | None, error: str) -> None:
+    await conn.execute(SQL.notification_failed, notification_id, status, error)
+
+
+async def notification_retry(
+    conn: Connection, notification_id: int, backoff_s: float, status: int | None, error: str
+) -> None:
+    await conn.execute(SQL.notification_retry, notification_id, backoff_s, status, error)
+
+
+# --- silences and inhibition -------------------------------------------------------------
+
+
+async def active_silences(conn: Connection) -> list[Silence]:
+    return [Silence(row["id"], row["matchers"]) for row in await conn.fetch(SQL.active_silences)]
+
+
+async def open_unreachable_for_node(conn: Connection, node: str) -> str | None:
+    """The open ``NodeUnreachable`` alert of the node, if any."""
+    alert_id: str | None = await conn.fetchval(SQL.open_unreachable_for_node, node)
+    return alert_id
 
 
 async def apply_silence_request(conn: Connection, request: SilenceRequestedData) -> bool:
+    """Create or expire a silence as asked; False if that changed nothing."""
     if request.action == "expire":
         return await conn.execute(SQL.expire_silence, request.silence_id, request.by) == "UPDATE 1"
     status = await conn.execute(
@@ -186,49 +222,26 @@ async def apply_silence_request(conn: Connection, request: SilenceRequestedData)
     return bool(status == "INSERT 0 1")
 
 
-async def escalate_due(conn: Connection, routing: Routing) -> list[tuple[str, str]]:
-    """Queue the escalation of alerts not acknowledged in time; returns (alert, receiver)
-    pairs newly escalated. Runs periodically; the notification's unique key makes a
-    repeated run harmless, and a silenced or inhibited alert escalates to nobody."""
-    escalated = []
-    for row in await conn.fetch(SQL.firing_alerts):
-        alert = dict(row)
-        labels = labels_of(alert)
-        escalation = routing.escalation_for(labels)
-        if escalation is None or alert["age_s"] < escalation[0]:
-            continue
-        if await _suppression(conn, labels) is not None:
-            continue
-        group = replace(IMMEDIATE, key=f"escalation:{alert['fingerprint']}")
-        for receiver in escalation[1]:
-            if await _enqueue(conn, alert, "firing", "alerter", receiver, group):
-                note = f"not acknowledged in {escalation[0]:.0f}s: escalated to {receiver.name}"
-                await conn.execute(SQL.record_transition, alert["id"], "firing", "firing", "alerter", note)
-                escalated.append((alert["id"], receiver.name))
-    return escalated
+# --- what the condition rules check ------------------------------------------------------
 
 
-async def repeat_due(conn: Connection, routing: Routing) -> list[tuple[str, str]]:
-    """Queue the next round of alerts still firing that nobody acknowledged: after their
-    route's ``repeat_interval`` since a receiver was last told, or at once when the silence
-    or inhibition that held them back is over (a maintenance window ended with the problem
-    still there). One-shot alerts (a job failed) are told once. Returns the (alert,
-    receiver) pairs queued; a repeated run is harmless."""
-    repeated = []
-    for row in await conn.fetch(SQL.repeat_candidates, list(ONE_SHOT_RULES)):
-        alert = dict(row)
-        labels = labels_of(alert)
-        receiver = routing.receiver(row["receiver"])
-        group = replace(routing.route.grouping(labels, alert["fingerprint"]), key=row["group_key"])
-        due = row["last_state"] == "suppressed" or row["since_s"] >= group.repeat_s
-        if receiver is None or not due or await _suppression(conn, labels) is not None:
-            continue
-        again = row["last_state"] == "sent"  # else told for the first time
-        if await _enqueue(
-            conn, alert, "firing", "alerter", receiver, group, round_=row["round"] + 1, repeat=again
-        ):
-            repeated.append((alert["id"], receiver.name))
-    return repeated
+async def jobs_pending_longer_than(conn: Connection, after_s: float) -> list[asyncpg.Record]:
+    return await conn.fetch(SQL.jobs_pending_longer_than, after_s)
+
+
+async def idle_jobs(conn: Connection, for_s: float, below_pct: float) -> list[asyncpg.Record]:
+    return await conn.fetch(SQL.idle_jobs, for_s, below_pct)
+
+
+async def starved_virtual_clusters(conn: Connection, after_s: float) -> list[asyncpg.Record]:
+    return await conn.fetch(SQL.starved_virtual_clusters, after_s)
+
+
+async def silent_services(conn: Connection, after_s: float, services: list[str]) -> list[asyncpg.Record]:
+    return await conn.fetch(SQL.silent_services, after_s, services)
+
+
+# --- rules -------------------------------------------------------------------------------
 
 
 async def set_rule_overrides(conn: Connection, request: AlertRulesRequestedData) -> None:

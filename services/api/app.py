@@ -13,36 +13,32 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from services.api.alerts.routes import router as alerts_router
 from services.api.audit import AuditLog
-from services.api.auth import TokenCache, bootstrap_admin
 from services.api.body_limit import BodySizeLimit
+from services.api.cluster.routes import router as cluster_router
 from services.api.database_problems import install_database_handlers
-from services.api.deps import AskScheduler
 from services.api.docs_pages import router as docs_pages_router
-from services.api.event_hub import EventHub
-from services.api.event_scope import Scopes
+from services.api.events.hub import EventHub
+from services.api.events.repository import EventRepository
+from services.api.events.routes import router as events_router
+from services.api.events.scope import Scopes
 from services.api.integrations import run_integrations
-from services.api.logs import AskNode
+from services.api.jobs.dependencies import AskScheduler
+from services.api.jobs.logs import AskNode
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.routes import router as jobs_router
+from services.api.jobs.submission import shape_cache
+from services.api.openapi import install_openapi
 from services.api.problems import install_problem_handlers
 from services.api.rate_limit import RateLimit
-from services.api.repository import ApiRepository
-from services.api.routes_alert_rules import router as alert_rules_router
-from services.api.routes_alerts import router as alerts_router
-from services.api.routes_audit import router as audit_router
-from services.api.routes_events import router as events_router
-from services.api.routes_groups import router as groups_router
-from services.api.routes_jobs import router as jobs_router
-from services.api.routes_node_join import router as node_join_router
-from services.api.routes_nodes import router as nodes_router
-from services.api.routes_services import router as services_router
-from services.api.routes_silences import router as silences_router
-from services.api.routes_tokens import router as tokens_router
-from services.api.routes_users import router as users_router
-from services.api.routes_vcs import router as vcs_router
-from services.api.routes_webhooks import router as webhooks_router
 from services.api.settings import Settings
-from services.api.tenant_repository import TenantRepository
+from services.api.tenants.auth import TokenCache, bootstrap_admin
+from services.api.tenants.repository import TenantRepository
+from services.api.tenants.routes import router as tenants_router
 from services.api.tracing import telemetry_config
+from services.api.webhooks.routes import router as webhooks_router
+from shared.db.pool import Database
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.gc_tuning import tune_garbage_collector
 from shared.metrics import HttpMetrics, exposition
@@ -53,7 +49,7 @@ AUDIT_SWEEP_EVERY_S = 3600.0
 
 
 def create_app(
-    repo: ApiRepository,
+    db: Database,
     health: Health,
     settings: Settings,
     ask_scheduler: AskScheduler | None = None,
@@ -71,16 +67,20 @@ def create_app(
         # Each request is a server span, the root of the trace its events continue.
         telemetry=telemetry_config(),
     )
-    app.state.repo = repo
-    app.state.token_cache = TokenCache()
-    app.state.ask_scheduler = ask_scheduler
-    app.state.event_hub = event_hub
-    app.state.ask_node = ask_node
+    # What the routes' dependencies hand out (services/api/dependencies.py and each
+    # slice's dependencies.py): routes never read app.state themselves.
+    app.state.db = db
     app.state.api_settings = settings.api
+    app.state.token_cache = TokenCache()
+    app.state.shapes = shape_cache(JobRepository(db))
+    app.state.ask_scheduler = ask_scheduler
+    app.state.ask_node = ask_node
+    app.state.event_hub = event_hub
+    app.state.jetstream = event_hub.js if event_hub is not None else None
     app.state.webhook_wake = asyncio.Event()  # set when a delivery is queued by hand
     app.state.webhooks_added = asyncio.Event()  # set when a webhook is created here
     # Innermost: it sees the route matched and the principal verified (audit.py).
-    app.add_middleware(AuditLog, repo=TenantRepository(repo.db))
+    app.add_middleware(AuditLog, repo=TenantRepository(db))
     app.add_middleware(BodySizeLimit, max_bytes=settings.api.max_body_bytes)
     # Outside the audit log: a 429 reaches no route, so it changes nothing to record.
     app.add_middleware(
@@ -93,21 +93,17 @@ def create_app(
     app.add_middleware(HttpMetrics)
     install_problem_handlers(app)
     install_database_handlers(app)
-    app.include_router(jobs_router)
-    app.include_router(node_join_router)
-    app.include_router(nodes_router)
-    app.include_router(alerts_router)
-    app.include_router(silences_router)
-    app.include_router(alert_rules_router)
-    app.include_router(services_router)
-    app.include_router(vcs_router)
-    app.include_router(events_router)
-    app.include_router(webhooks_router)
-    app.include_router(tokens_router)
-    app.include_router(users_router)
-    app.include_router(groups_router)
-    app.include_router(audit_router)
-    app.include_router(docs_pages_router)
+    # One router per slice (services/api/README.md).
+    for router in (
+        jobs_router,
+        cluster_router,
+        alerts_router,
+        events_router,
+        webhooks_router,
+        tenants_router,
+        docs_pages_router,
+    ):
+        app.include_router(router)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -124,6 +120,7 @@ def create_app(
             {"ready": ready, "service": "api", "checks": checks}, status_code=200 if ready else 503
         )
 
+    install_openapi(app)  # last: it describes every route's errors (openapi.py)
     return app
 
 
@@ -133,9 +130,8 @@ async def serve(settings: Settings) -> None:
 
 
 async def run_api(res: ServiceResources, settings: Settings) -> None:
-    repo = ApiRepository(res.db)
-    audit_log = TenantRepository(res.db)
-    await bootstrap_admin(repo, settings.admin_token_path)
+    tenants = TenantRepository(res.db)
+    await bootstrap_admin(tenants, settings.admin_token_path)
     timeout_s = settings.api.dry_run_timeout_s
 
     async def ask_scheduler(question: bytes) -> bytes:
@@ -144,8 +140,9 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
     async def ask_node(subject: str, question: bytes) -> bytes:
         return await res.bus.request(subject, question, settings.api.node_logs_timeout_s)
 
-    hub = EventHub(res.bus.js, Scopes(res.db), settings.api.sse_queue_limit, settings.api.sse_tail_idle_s)
-    app = create_app(repo, res.health, settings, ask_scheduler, hub, ask_node)
+    scopes = Scopes(EventRepository(res.db))
+    hub = EventHub(res.bus.js, scopes, settings.api.sse_queue_limit, settings.api.sse_tail_idle_s)
+    app = create_app(res.db, res.health, settings, ask_scheduler, hub, ask_node)
     # The app's routes, models and schemas live as long as the process: frozen, no full
     # collection walks them again (a 40 ms pause every ~600 submits): shared/gc_tuning.py.
     tune_garbage_collector()
@@ -157,7 +154,7 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
         retention_s = settings.api.audit_retention_days * 86400
 
         async def forget_old_audit() -> int:
-            return await audit_log.forget_old_audit(retention_s)
+            return await tenants.forget_old_audit(retention_s)
 
         tg.create_task(
             every(AUDIT_SWEEP_EVERY_S, forget_old_audit, "audit log retention"), name="audit-retention"

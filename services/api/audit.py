@@ -23,27 +23,52 @@ without its audit row.
 Retention: every API process deletes, once an hour, the rows older than
 ``CORRAL_API_AUDIT_RETENTION_DAYS`` (365 by default), in batches
 (``TenantRepository.forget_old_audit``); export the log first if it must be kept longer.
+
+This is app-wide plumbing, as the other middlewares: the rows are the tenants slice's
+(``tenants/repository.py`` writes them, ``tenants/routes_audit.py`` reads them), handed
+in by the composition root as an ``AuditSink``, so nothing here imports a slice.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.requests import Request
 
 from shared.metrics import ASGIApp, Message, Receive, Scope, Send
-
-if TYPE_CHECKING:
-    from services.api.auth import Principal
-    from services.api.tenant_repository import TenantRepository
 
 log = logging.getLogger(__name__)
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # Path parameters that name what a call acts on, most specific first.
 _TARGET_PARAMS = ("delivery_id", "job_id", "webhook_id", "token_id", "alert_id", "silence_id", "node_id")
+
+
+class Caller(Protocol):
+    """Who made a call, as ``auth.current_principal`` leaves it in the request's state."""
+
+    @property
+    def username(self) -> str: ...
+
+    @property
+    def token_id(self) -> str | None: ...
+
+
+class AuditSink(Protocol):
+    """Where the rows go (``TenantRepository``)."""
+
+    async def record_audit(
+        self,
+        username: str | None,
+        token_id: str | None,
+        method: str,
+        route: str,
+        target: str | None,
+        status: int,
+        client: str | None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +87,7 @@ class AuditEntry:
         route = getattr(scope.get("route"), "path", None)
         if route is None:
             return None  # matched no route (404/405, or refused before routing: 413)
-        principal: Principal | None = (scope.get("state") or {}).get("principal")
+        principal: Caller | None = (scope.get("state") or {}).get("principal")
         client = scope.get("client")
         return cls(
             principal.username if principal else None,
@@ -102,7 +127,7 @@ def target_of(scope: Scope) -> str | None:
 class AuditLog:
     """ASGI middleware: one audit row per mutating call (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, repo: TenantRepository) -> None:
+    def __init__(self, app: ASGIApp, repo: AuditSink) -> None:
         self.app = app
         self.repo = repo
 

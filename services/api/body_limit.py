@@ -5,7 +5,7 @@ A pure ASGI middleware, like ``HttpMetrics`` and ``RateLimit``, not Starlette's
 every response chunk through a memory stream — about a tenth of the API's CPU per submit,
 and a task switch per event on every SSE stream. This one looks at ``Content-Length``
 and otherwise passes ``receive`` and ``send`` through untouched. (A body without a
-``Content-Length``, chunked, is bounded where it is read: ``job_input.py``.)
+``Content-Length``, chunked, is bounded where it is read: ``jobs/body.py``.)
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from services.api.problems import problem
+from services.api.problems import ProblemSlug, problem
 from shared.db.pool import DATABASE_AWAY, DATABASE_OUT_OF_RESOURCES
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ OUT_OF_RESOURCES_RETRY_AFTER_S = 10
 
 # SQLSTATE -> (problem slug, what is wrong and what to do). Postgres's own message is
 # not repeated: for a full disk it names a data file, which is nobody's business here.
-_OUT_OF: dict[str, tuple[str, str]] = {
+_OUT_OF: dict[str, tuple[ProblemSlug, str]] = {
     asyncpg.DiskFullError.sqlstate: (
         "disk-full",
         "the database's disk is full: free space where Postgres keeps its data, then retry",
@@ -54,7 +54,7 @@ _OUT_OF: dict[str, tuple[str, str]] = {
         "clients, then retry",
     ),
 }
-_OUT_OF_OTHER = (
+_OUT_OF_OTHER: tuple[ProblemSlug, str] = (
     "database-out-of-resources",
     "the database is out of a resource it needs (SQLSTATE {sqlstate}; its log says which): "
     "free it, then retry",

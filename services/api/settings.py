@@ -56,7 +56,7 @@ class ApiSettings(BaseSettings):
     reconnect then gets the 401 or the narrower view)."""
     sse_tail_idle_s: float = Field(default=60.0, gt=0)
     """The API process stops reading the lifecycle streams once no event stream has been
-    open for this long (event_hub.py); the next one starts them again."""
+    open for this long (events/hub.py); the next one starts them again."""
     webhook_retry_delays_s: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
     """The delays between a webhook delivery's attempts, as a JSON list (Standard Webhooks'
     schedule: about a day in all); after the last, the delivery is failed."""

@@ -10,26 +10,27 @@ import logging
 from contextlib import AsyncExitStack
 from functools import partial
 
-from services.launcher import repository
 from services.launcher.attempt_ends import AttemptEnds
 from services.launcher.handlers import CONSUMER, LauncherHandlers
 from services.launcher.kubernetes.driver import KubernetesDriver, cluster_configuration
 from services.launcher.kubernetes.runner import KubernetesRunner
 from services.launcher.log_retention import SWEEP_EVERY_S, LogRetention
+from services.launcher.reconcile import reconcile
 from services.launcher.settings import Settings
 from services.launcher.task_logs import LogServer, answer_for_nodes
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
+from shared.events import TaskAssigned, TaskStopRequested, subjects_of
 from shared.idempotency import FORGET_EVERY_S, forget_processed
 from shared.service import ServiceResources, every, run_service, service_resources
 
 log = logging.getLogger(__name__)
 
 
-async def reconcile(db: Database, lease_s: float) -> None:
+async def repair(db: Database, lease_s: float) -> None:
     """Repair what lost events left behind (on start, then periodically)."""
-    repaired = await repository.reconcile(db, lease_s)
+    repaired = await reconcile(db, lease_s)
     if any(repaired.values()):
         log.info("reconciled: %s", repaired)
 
@@ -66,7 +67,7 @@ async def serve(settings: Settings) -> None:
             tg.create_task(
                 every(
                     settings.launcher.reconcile_interval_s,
-                    lambda: reconcile(res.db, settings.agent.lease_s),
+                    lambda: repair(res.db, settings.agent.lease_s),
                     "reconcile",
                 ),
                 name="reconcile",
@@ -76,7 +77,7 @@ async def serve(settings: Settings) -> None:
 KUBERNETES_ASSIGNMENTS = ConsumerConfig(
     stream=JOBS.name,
     durable="kubernetes-runner",
-    filter_subjects=("corral.task.assigned.>", "corral.task.stop_requested.>"),
+    filter_subjects=subjects_of(TaskAssigned, TaskStopRequested),
 )
 
 

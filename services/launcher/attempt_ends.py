@@ -17,7 +17,7 @@ task ended meanwhile), once more afterwards. Two launchers both decide: the job'
 lock orders them and the second finds nothing left to do.
 
 A NOTIFY is lost while the listening connection is (Postgres restarting, the launcher
-down): the reconcile loop (``repository.reconcile``, ``active_jobs_to_evaluate``)
+down): the reconcile loop (``reconcile.py``, ``active_jobs_to_evaluate``)
 decides those jobs within its interval, as it always did for a decision that failed.
 """
 

@@ -9,26 +9,18 @@ handler leaves no trace.
 
 from __future__ import annotations
 
-from services.launcher import repository
+from services.launcher.attempts import create_attempts
+from services.launcher.outcomes import evaluate_job
 from shared.bus import ConsumerConfig
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
-from shared.events import (
-    Event,
-    JobCancelRequested,
-    JobPreemptRequested,
-    JobScheduled,
-)
+from shared.events import Event, JobCancelRequested, JobPreemptRequested, JobScheduled, subjects_of
 from shared.idempotency import first_time
 
 CONSUMER = ConsumerConfig(
     stream=JOBS.name,
     durable="launcher",
-    filter_subjects=(
-        "corral.job.scheduled.>",
-        "corral.job.cancel_requested.>",
-        "corral.job.preempt_requested.>",
-    ),
+    filter_subjects=subjects_of(JobScheduled, JobCancelRequested, JobPreemptRequested),
 )
 
 
@@ -42,8 +34,8 @@ class LauncherHandlers:
                 return
             match event:
                 case JobScheduled(data=data):
-                    await repository.create_attempts(conn, data.job_id, data.generation)
+                    await create_attempts(conn, data.job_id, data.generation)
                 case JobCancelRequested(data=data) | JobPreemptRequested(data=data):
-                    await repository.evaluate_job(conn, data.job_id)
+                    await evaluate_job(conn, data.job_id)
                 case _:
                     pass  # not ours (the consumer filter makes this unreachable)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.launcher.repository import SQL
+from services.launcher import repository
 from services.launcher.task_logs import LOG_NAME, TASK_DIR, attempt_log_path, is_plain_name
 from shared.db.pool import Database
 
@@ -151,4 +151,6 @@ class LogRetention:
         attempt_nos: list[int],
         older_than_s: float,
     ) -> list[Any]:
-        return await self._db.fetch(SQL.expired_task_logs, job_ids, roles, indexes, attempt_nos, older_than_s)
+        return await repository.expired_task_logs(
+            self._db, job_ids, roles, indexes, attempt_nos, older_than_s
+        )

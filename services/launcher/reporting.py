@@ -2,14 +2,14 @@
 statement each. The events are built here (``started_events``, ``exited_event``), so the
 node agent and the Kubernetes runner say the same thing; how they are written differs.
 The runner, in the launcher, runs the queries itself (``report_started``,
-``report_end``: ``shared.outbox.change_with_event``, atomic without a transaction, one
-round trip instead of four). A node agent, whose database role may touch no table,
-hands them to its node's functions (``agent/repository.py``), which check they are
-about its own attempt.
+``report_end``, through ``repository.py``: ``shared.outbox.change_with_event``, atomic
+without a transaction, one round trip instead of four). A node agent, whose database
+role may touch no table, hands them to its node's functions (``agent/repository.py``),
+which check they are about its own attempt.
 
 The first task of a job to run also makes the job RUNNING, in that same statement
 (``job.running`` after ``task.started``). Once an attempt's end is recorded, the job is
-decided (``repository.evaluate_job``: the completion rules, the retry table, stopping
+decided (``outcomes.evaluate_job``: the completion rules, the retry table, stopping
 the rest of a gang) in a transaction of its own, by the launcher: at once by the
 runner (``decide_job``), and for an agent's report as soon as its NOTIFY arrives
 (``attempt_ends.py``). Should the decision fail (Postgres away, the process killed in
@@ -22,14 +22,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from services.launcher import metrics
+from services.launcher import metrics, repository
 from services.launcher.agent.environment import Peer
-from services.launcher.repository import SQL, evaluate_job
+from services.launcher.outcomes import evaluate_job
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import JobRunning, TaskExited, TaskStarted
 from shared.events.jobs import JobRunningData, TaskExitedData, TaskStartedData
-from shared.outbox import Consequence, change_with_event
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +51,8 @@ async def report_started(
     event, job_running = started_events(
         source, attempt_id=attempt_id, job_id=job_id, generation=generation, node_id=node_id, pid=pid
     )
-    changed = await change_with_event(
-        db,
-        SQL.mark_attempt_running,
-        (attempt_id, node_id, pid, pid_start_ticks, log_path),
-        event,
-        aggregate=job_id,
-        then=Consequence(SQL.job_running_with_its_first_task, job_running),
+    changed = await repository.mark_attempt_running(
+        db, attempt_id, node_id, pid, pid_start_ticks, log_path, event, job_running
     )
     if changed is not None and changed["consequence_rows"]:
         note_job_running(changed["in_state_s"], changed["age_s"])
@@ -138,14 +132,7 @@ async def report_end(
         reason=reason,
         classification=classification,
     )
-    changed = await change_with_event(
-        db,
-        SQL.mark_attempt_exited,
-        (attempt_id, node_id, "LOST" if lost else "EXITED", exit_code, signal, reason, classification),
-        event,
-        aggregate=job_id,
-    )
-    if changed is None:
+    if not await repository.mark_attempt_exited(db, lost=lost, exited=event):
         return False
     metrics.TASK_EXITS.labels(classification).inc()
     await decide_job(db, job_id)

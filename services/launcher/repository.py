@@ -1,185 +1,135 @@
-"""The launcher's job-level decisions: attempts from placements, outcomes from attempts.
+"""All of the launcher's SQL, through the named queries of ``sql/``: the jobs it
+decides and their attempts, the agents' leases, the Kubernetes runner's part of a node.
 
-Every function runs inside the caller's transaction and locks the job row first
-(``FOR UPDATE``), so concurrent handlers and the reconcile loop serialise per job and
-each job transition is a checked compare-and-set. The decisions themselves are pure
-code (``completion.py``); this module applies them.
+Nothing here decides, and no event is built here: a change that goes with an event (an
+attempt created, a job's new state, a task's start or end) takes the event from its
+caller and writes both in one statement (``shared.outbox.append_with_change`` in the
+caller's transaction, ``change_with_event`` on its own). The decisions live in
+``attempts.py``, ``outcomes.py``, ``lost_nodes.py``, ``reconcile.py`` and
+``reporting.py``; a node agent's own statements are ``agent/repository.py``.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from services.launcher import metrics
-from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
-from shared.aio import raise_if_cancelling
-from shared.db.pool import DATABASE_ERRORS, Connection, Database
+import asyncpg
+
+from services.launcher.completion import AttemptOutcome
+from shared.db.pool import Connection, Database
 from shared.db.queries import Queries
-from shared.events import (
-    JobCancelled,
-    JobFailed,
-    JobPreempted,
-    JobRetrying,
-    JobRunning,
-    JobSucceeded,
-    TaskAssigned,
-    TaskExited,
-    TaskStopRequested,
-)
-from shared.events.jobs import (
-    JobEndedData,
-    JobPreemptionData,
-    JobRetryingData,
-    JobRunningData,
-    TaskAssignedData,
-    TaskExitedData,
-    TaskStopRequestedData,
-)
-from shared.ids import new_attempt_id
-from shared.jobs import JobSpec, JobState, check_transition
-from shared.outbox import append, append_with_change
+from shared.events import JobRunning, TaskAssigned, TaskExited, TaskStarted
+from shared.events.envelope import Envelope
+from shared.outbox import Consequence, append_with_change, change_with_event
 
 SQL = Queries(Path(__file__).parent / "sql")
-SOURCE = "corral/launcher"
-log = logging.getLogger(__name__)
-# Ports handed to tasks: below Linux's default ephemeral range (32768-60999), from which
-# the kernel picks the local port of every outgoing connection on the node, and below
-# Kubernetes' NodePort range (30000-32767), which kube-proxy captures on a node that is
-# also in a cluster. (30000-40000 overlapped the first: a DDP rendezvous failed with
-# EADDRINUSE when a client socket of the same machine held the master port.)
-PORT_RANGE = range(20000, 30000)
-MASTER_PORT_LABEL = "master"
-STOP_GRACE_S = 10.0
 
 
-async def _lock_job(conn: Connection, job_id: str) -> dict[str, Any] | None:
+@dataclass
+class LockedJob:
+    """A job row locked ``FOR UPDATE`` for a decision; ``state`` follows the decision's
+    transitions within the transaction."""
+
+    id: str
+    state: str
+    generation: int
+    spec: dict[str, Any]
+    retries: int
+    cancel_requested_at: datetime | None
+    preempt_reason: str | None
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """A locked job with the task instances of one generation that have no attempt yet
+    (``allocations``: role, index, node, GPUs, host) and the ports live attempts hold on
+    their nodes."""
+
+    state: str
+    generation: int
+    spec: dict[str, Any]
+    cancel_requested_at: datetime | None
+    allocations: list[dict[str, Any]]
+    ports_in_use: dict[str, list[int]]
+
+
+class NewAttempt(NamedTuple):
+    id: str
+    job_id: str
+    generation: int
+    task_role: str
+    task_index: int
+    node_id: str
+    gpu_indices: list[int]
+    host: str
+    ports: dict[str, list[int]]
+
+
+class LostAgent(NamedTuple):
+    node_id: str
+    lease_expires_at: datetime
+
+
+class LiveAttempt(NamedTuple):
+    """An attempt still live on a node whose agent was declared lost."""
+
+    id: str
+    job_id: str
+    node_id: str
+    lease_expires_at: datetime
+
+
+class EndedAttempt(NamedTuple):
+    job_id: str
+    node_id: str
+
+
+# --- jobs and their attempts (the caller's transaction) --------------------------------
+
+
+async def lock_job(conn: Connection, job_id: str) -> LockedJob | None:
+    """The job's row, locked; None if there is no such job."""
     row = await conn.fetchrow(SQL.lock_job, job_id)
-    return dict(row) if row else None
-
-
-def free_ports(node_id: str, count: int, taken: set[int]) -> list[int]:
-    """``count`` ports of ``PORT_RANGE`` not in ``taken`` (those live attempts hold on the
-    node, and those given out already), from a random point on; added to ``taken``."""
-    if count == 0:
-        return []
-    start = random.randrange(len(PORT_RANGE))  # noqa: S311 - spreading, not security
-    free = []
-    for offset in range(len(PORT_RANGE)):
-        port = PORT_RANGE[(start + offset) % len(PORT_RANGE)]
-        if port not in taken:
-            free.append(port)
-            taken.add(port)
-            if len(free) == count:
-                return free
-    raise RuntimeError(f"no free ports left on node {node_id}")
-
-
-async def create_attempts(conn: Connection, job_id: str, generation: int) -> int:
-    """One ASSIGNED attempt per placed task instance, each announced to its node.
-
-    Ports are allocated here, per node, so every task can be told every other task's
-    address before any of them starts: the role's labelled ports, plus a ``master``
-    port for the job's first task (the PyTorch rendezvous).
-    """
-    job = await conn.fetchrow(SQL.lock_job_with_allocations, job_id, generation)
-    if (
-        job is None
-        or job["state"] != JobState.SCHEDULED
-        or job["generation"] != generation
-        or job["cancel_requested_at"] is not None
-    ):
-        return 0
-    spec = JobSpec.model_validate(job["spec"])
-    roles = {role.name: role for role in spec.tasks}
-    first = (spec.tasks[0].name, 0)
-    taken = {node_id: set(ports) for node_id, ports in job["ports_in_use"].items()}
-    created = 0
-    for alloc in job["allocations"]:
-        role = roles[alloc["task_role"]]
-        labels = dict(role.ports)
-        if (alloc["task_role"], alloc["task_index"]) == first:
-            labels[MASTER_PORT_LABEL] = 1
-        node_taken = taken.setdefault(alloc["node_id"], set())
-        ports = free_ports(alloc["node_id"], sum(labels.values()), node_taken)
-        by_label = {}
-        for label, count in labels.items():
-            by_label[label], ports = ports[:count], ports[count:]
-        attempt_id = new_attempt_id()
-        event = TaskAssigned(
-            source=SOURCE,
-            subject=attempt_id,
-            data=TaskAssignedData(
-                attempt_id=attempt_id,
-                job_id=job_id,
-                generation=generation,
-                task_role=alloc["task_role"],
-                task_index=alloc["task_index"],
-                node_id=alloc["node_id"],
-                gpu_indices=alloc["gpu_indices"],
-            ),
-        )
-        inserted = await append_with_change(
-            conn,
-            SQL.insert_attempt,
-            (
-                attempt_id,
-                job_id,
-                generation,
-                alloc["task_role"],
-                alloc["task_index"],
-                alloc["node_id"],
-                alloc["gpu_indices"],
-                alloc["host"],
-                by_label,
-            ),
-            event,
-            aggregate=job_id,
-        )
-        if inserted is None:
-            continue  # already created by an earlier delivery or the reconcile loop
-        created += 1
-    return created
-
-
-async def _transition(
-    conn: Connection,
-    job: dict[str, Any],
-    to: JobState,
-    exit_code: int | None = None,
-    reason: str | None = None,
-) -> None:
-    check_transition(JobState(job["state"]), to, "launcher")
-    job_id, generation = job["id"], job["generation"]
-    event: JobRunning | JobSucceeded | JobFailed | JobCancelled
-    if to is JobState.RUNNING:
-        event = JobRunning(
-            source=SOURCE, subject=job_id, data=JobRunningData(job_id=job_id, generation=generation)
-        )
-    else:
-        data = JobEndedData(job_id=job_id, generation=generation, exit_code=exit_code, reason=reason or "")
-        ended: dict[JobState, type[JobSucceeded | JobFailed | JobCancelled]] = {
-            JobState.SUCCEEDED: JobSucceeded,
-            JobState.FAILED: JobFailed,
-            JobState.CANCELLED: JobCancelled,
-        }
-        event = ended[to](source=SOURCE, subject=job_id, data=data)
-    # The job is locked (``_lock_job``), so the update changes its row: the event goes with it.
-    await append_with_change(
-        conn, SQL.set_job_state, (job_id, to.value, exit_code, reason), event, aggregate=job_id
+    if row is None:
+        return None
+    return LockedJob(
+        id=row["id"],
+        state=row["state"],
+        generation=row["generation"],
+        spec=row["spec"],
+        retries=row["retries"],
+        cancel_requested_at=row["cancel_requested_at"],
+        preempt_reason=row["preempt_reason"],
     )
-    if to is not JobState.RUNNING:
-        metrics.JOBS_ENDED.labels(to.value).inc()
-    job["state"] = to
 
 
-async def _attempts(conn: Connection, job: dict[str, Any]) -> list[AttemptOutcome]:
-    rows = await conn.fetch(SQL.attempts_of_generation, job["id"], job["generation"])
+async def lock_job_placement(conn: Connection, job_id: str, generation: int) -> JobPlacement | None:
+    """The job's row, locked, with the placement of ``generation`` (one round trip)."""
+    row = await conn.fetchrow(SQL.lock_job_with_allocations, job_id, generation)
+    if row is None:
+        return None
+    return JobPlacement(
+        state=row["state"],
+        generation=row["generation"],
+        spec=row["spec"],
+        cancel_requested_at=row["cancel_requested_at"],
+        allocations=row["allocations"],
+        ports_in_use=row["ports_in_use"],
+    )
+
+
+async def insert_attempt(conn: Connection, attempt: NewAttempt, event: TaskAssigned) -> bool:
+    """A new ASSIGNED attempt with its event; False if the task already has one."""
+    inserted = await append_with_change(conn, SQL.insert_attempt, attempt, event, aggregate=attempt.job_id)
+    return inserted is not None
+
+
+async def attempts_of_generation(conn: Connection, job_id: str, generation: int) -> list[AttemptOutcome]:
+    """The attempts of one generation of the job, ended ones first (by end), then by id."""
     return [
         AttemptOutcome(
             id=r["id"],
@@ -193,227 +143,167 @@ async def _attempts(conn: Connection, job: dict[str, Any]) -> list[AttemptOutcom
             stop_requested=r["stop_requested_at"] is not None,
             finished_at=r["finished_at"],
         )
-        for r in rows
+        for r in await conn.fetch(SQL.attempts_of_generation, job_id, generation)
     ]
 
 
-async def request_stop(
-    conn: Connection, job_id: str, attempt: AttemptOutcome, reason: str, platform: str | None = None
+async def set_job_state(
+    conn: Connection, job_id: str, state: str, exit_code: int | None, reason: str | None, event: Envelope
 ) -> None:
-    """Ask the attempt's node to stop it (SIGTERM, then SIGKILL after the grace period)."""
-    if attempt.state == "ASSIGNED":
-        await conn.fetchval(SQL.stop_unstarted, attempt.id, reason)
-        return
-    node_id = await conn.fetchval(SQL.request_stop, attempt.id, reason, platform)
-    if node_id is None:
-        return  # already asked, or it ended meanwhile
-    event = TaskStopRequested(
-        source=SOURCE,
-        subject=attempt.id,
-        data=TaskStopRequestedData(
-            attempt_id=attempt.id,
-            job_id=job_id,
-            node_id=node_id,
-            reason=reason,
-            grace_s=STOP_GRACE_S,
-            platform=platform,
-        ),
+    """The job's new state (its row locked by the caller, so the update changes it), with
+    its event."""
+    await append_with_change(
+        conn, SQL.set_job_state, (job_id, state, exit_code, reason), event, aggregate=job_id
     )
-    await append(conn, event, aggregate=job_id)
 
 
-def _task(attempt: AttemptOutcome) -> str:
-    return f"{attempt.task_role}-{attempt.task_index}"
-
-
-def _failure_reason(attempt: AttemptOutcome | None) -> tuple[int | None, str]:
-    if attempt is None:
-        return None, "tasks ended without completing"
-    if attempt.state == "LOST":
-        return None, f"task {_task(attempt)} was lost: {attempt.reason}"
-    if attempt.exit_code is None:
-        return None, f"task {_task(attempt)} ended: {attempt.reason or 'killed'}"
-    said = f"task {_task(attempt)} exited with code {attempt.exit_code}"
-    if attempt.reason and not attempt.reason.startswith("exited with code"):
-        said += f": {attempt.reason}"  # what the code means: its memory limit, a missing command
-    return attempt.exit_code, said
-
-
-async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
-    """Decide what the job's attempts add up to, and act on it.
-
-    Cancel wins over everything; then the completion rules. A decided job first stops
-    its remaining tasks and becomes final only once every attempt has ended. A failure
-    is retried when the exit-code table says so (``transient``: always, not counted;
-    ``unknown``: up to ``retry.max_retries``, counted), with exponential backoff, by
-    putting the job back to PENDING; otherwise the job FAILS. A job that ends before any
-    of its tasks ran (none could start, or its node was lost while starting: the first
-    to run makes it RUNNING, ``reporting.report_started``) passes through RUNNING first,
-    so the published lifecycle is always complete and in order.
-    """
-    job = await _lock_job(conn, job_id)
-    if job is None or job["state"] not in (JobState.SCHEDULED, JobState.RUNNING):
-        return None
-    attempts = await _attempts(conn, job)
-    if job["cancel_requested_at"] is not None:
-        for attempt in attempts:
-            if attempt.live:
-                await request_stop(conn, job_id, attempt, "job cancelled")
-        if any(a.live for a in await _attempts(conn, job)):
-            return None
-        await _transition(conn, job, JobState.CANCELLED, None, "cancelled by request")
-        return JobState.CANCELLED
-
-    if job["preempt_reason"] is not None:
-        reason = f"preempted: {job['preempt_reason']}"
-        for attempt in attempts:
-            if attempt.live:
-                await request_stop(conn, job_id, attempt, reason, platform="preempted")
-        if any(a.live for a in await _attempts(conn, job)):
-            return None
-        await _requeue_preempted(conn, job, reason)
-        return JobState.PENDING
-
-    spec = JobSpec.model_validate(job["spec"])
-    outcome = evaluate(spec, attempts)
-    if outcome.verdict is Verdict.CONTINUE:
-        return None
-    if outcome.live:
-        why = (
-            "the job succeeded"
-            if outcome.verdict is Verdict.SUCCEED
-            else _failure_reason(outcome.decisive)[1]
-        )
-        for attempt in outcome.live:
-            await request_stop(conn, job_id, attempt, f"stopping the rest of the gang: {why}")
-        if any(a.live for a in await _attempts(conn, job)):
-            return None
-
-    if job["state"] == JobState.SCHEDULED:
-        await _transition(conn, job, JobState.RUNNING)
-    if outcome.verdict is Verdict.SUCCEED:
-        await _transition(conn, job, JobState.SUCCEEDED, 0, "all tasks completed")
-        return JobState.SUCCEEDED
-    exit_code, reason = _failure_reason(outcome.decisive)
-    classification = (outcome.decisive.classification if outcome.decisive else None) or "unknown"
-    retries = job["retries"]
-    if classification == "transient" or (classification == "unknown" and retries < spec.retry.max_retries):
-        counted = retries + (1 if classification == "unknown" else 0)
-        delay = retry_delay_s(retries, spec.retry.backoff_s, spec.retry.max_backoff_s)
-        await _requeue(conn, job, counted, delay, classification, f"retrying: {reason}")
-        return JobState.PENDING
-    if classification == "unknown" and spec.retry.max_retries:
-        reason = f"{reason}; gave up after {retries} retries"
-    await _transition(conn, job, JobState.FAILED, exit_code, f"{reason} ({classification})")
-    return JobState.FAILED
-
-
-async def _requeue_preempted(conn: Connection, job: dict[str, Any], reason: str) -> None:
-    """Back to the queue at once, retries not counted: the platform took the GPUs."""
-    data = JobPreemptionData(job_id=job["id"], generation=job["generation"], reason=job["preempt_reason"])
-    await _back_to_pending(conn, job, job["retries"], 0.0, reason)
-    await append(conn, JobPreempted(source=SOURCE, subject=job["id"], data=data), aggregate=job["id"])
-
-
-async def _requeue(
-    conn: Connection, job: dict[str, Any], retries: int, delay_s: float, classification: str, reason: str
-) -> None:
-    """Back to the queue after a retryable failure, not before ``delay_s``."""
-    not_before = await _back_to_pending(conn, job, retries, delay_s, reason)
-    data = JobRetryingData(
-        job_id=job["id"],
-        generation=job["generation"],
-        retries=retries,
-        classification=classification,
-        reason=reason,
-        not_before=not_before,
-    )
-    await append(conn, JobRetrying(source=SOURCE, subject=job["id"], data=data), aggregate=job["id"])
-
-
-async def _back_to_pending(
-    conn: Connection, job: dict[str, Any], retries: int, delay_s: float, reason: str
-) -> datetime:
-    """The one PENDING-again transition; returns when the job may be placed again."""
-    check_transition(JobState(job["state"]), JobState.PENDING, "launcher")
-    not_before: datetime = await conn.fetchval(SQL.requeue_job, job["id"], retries, delay_s, reason)
-    job["state"] = JobState.PENDING
+async def requeue_job(conn: Connection, job_id: str, retries: int, delay_s: float, reason: str) -> datetime:
+    """The job back to PENDING, not to be placed before ``delay_s``; returns when it may."""
+    not_before: datetime = await conn.fetchval(SQL.requeue_job, job_id, retries, delay_s, reason)
     return not_before
 
 
-async def declare_lost_nodes(db: Database, lease_s: float = 15.0) -> int:
-    """Fence agents whose lease expired and end their nodes' live attempts as LOST.
-
-    LOST is ``transient`` in the exit-code table: the job is retried (not counted) and
-    the scheduler, which places only on nodes with a live agent lease, puts it elsewhere.
-    Returns how many attempts were declared lost.
-    """
-    async with db.transaction() as conn:
-        for row in await conn.fetch(SQL.declare_lost_agents, lease_s):
-            log.warning(
-                "node %s lost: its agent's lease expired at %s", row["node_id"], row["lease_expires_at"]
-            )
-    lost = 0
-    for row in await db.fetch(SQL.live_attempts_on_lost_nodes):
-        reason = (
-            f"node {row['node_id']} lost: its agent's lease expired at {row['lease_expires_at']:%H:%M:%S}"
-        )
-        async with db.transaction() as conn:
-            # Job row first, as every handler does: the same lock order (no deadlock), and
-            # the TaskExited event is ordered after whatever the job's handlers committed.
-            await _lock_job(conn, row["job_id"])
-            ended = await conn.fetchrow(SQL.mark_attempt_lost, row["id"], reason)
-            if ended is None:
-                continue
-            event = TaskExited(
-                source=SOURCE,
-                subject=row["id"],
-                data=TaskExitedData(
-                    attempt_id=row["id"],
-                    job_id=ended["job_id"],
-                    node_id=ended["node_id"],
-                    exit_code=None,
-                    reason=reason,
-                    classification="transient",
-                ),
-            )
-            await append(conn, event, aggregate=ended["job_id"])
-            await evaluate_job(conn, ended["job_id"])
-            lost += 1
-    return lost
+async def stop_unstarted(conn: Connection, attempt_id: str, reason: str) -> None:
+    """End an attempt no node has claimed yet: it never ran."""
+    await conn.fetchval(SQL.stop_unstarted, attempt_id, reason)
 
 
-async def reconcile(db: Database, lease_s: float = 15.0) -> dict[str, int]:
-    """Repair what lost events left behind; returns counts of each repair.
-
-    Each job is repaired in its own transaction, and a job whose repair fails is logged
-    and skipped: one bad job must not stop the launcher from repairing all the others.
-    """
-    repaired = {"attempts_lost": await declare_lost_nodes(db, lease_s)}
-    repaired |= {"attempts_created": 0, "jobs_decided": 0, "failed": 0}
-    repairs: list[tuple[str, str, Callable[[Connection], Awaitable[int]]]] = []
-    for row in await db.fetch(SQL.scheduled_jobs_without_attempts):
-        repairs.append(
-            ("attempts_created", row["id"], partial(_create, job_id=row["id"], generation=row["generation"]))
-        )
-    for row in await db.fetch(SQL.active_jobs_to_evaluate):
-        repairs.append(("jobs_decided", row["id"], partial(_decide, job_id=row["id"])))
-    for kind, job_id, repair in repairs:
-        try:
-            async with db.transaction() as conn:
-                repaired[kind] += await repair(conn)
-        except DATABASE_ERRORS:
-            raise  # the database itself is in trouble (or we are cancelled): the caller decides
-        except Exception:
-            raise_if_cancelling()
-            log.exception("could not repair job %s (%s); skipping it this round", job_id, kind)
-            repaired["failed"] += 1
-    return repaired
+async def request_stop(conn: Connection, attempt_id: str, reason: str, platform: str | None) -> str | None:
+    """Record a stop request for a started attempt; its node, or None when it was asked
+    already or ended meanwhile."""
+    node_id: str | None = await conn.fetchval(SQL.request_stop, attempt_id, reason, platform)
+    return node_id
 
 
-async def _create(conn: Connection, *, job_id: str, generation: int) -> int:
-    return await create_attempts(conn, job_id, generation)
+async def mark_attempt_lost(conn: Connection, attempt_id: str, reason: str) -> EndedAttempt | None:
+    """A live attempt ended as LOST; None if it had ended already."""
+    row = await conn.fetchrow(SQL.mark_attempt_lost, attempt_id, reason)
+    return None if row is None else EndedAttempt(row["job_id"], row["node_id"])
 
 
-async def _decide(conn: Connection, *, job_id: str) -> int:
-    return int(await evaluate_job(conn, job_id) is not None)
+# --- what the reconcile loop looks for -------------------------------------------------
+
+
+async def declare_lost_agents(conn: Connection, lease_s: float) -> list[LostAgent]:
+    """Fence the agents whose lease ran out (not within ``lease_s`` of Postgres' start)."""
+    return [
+        LostAgent(row["node_id"], row["lease_expires_at"])
+        for row in await conn.fetch(SQL.declare_lost_agents, lease_s)
+    ]
+
+
+async def live_attempts_on_lost_nodes(db: Database) -> list[LiveAttempt]:
+    return [
+        LiveAttempt(row["id"], row["job_id"], row["node_id"], row["lease_expires_at"])
+        for row in await db.fetch(SQL.live_attempts_on_lost_nodes)
+    ]
+
+
+async def scheduled_jobs_without_attempts(db: Database) -> list[tuple[str, int]]:
+    """(job, generation) of the SCHEDULED jobs whose generation has no attempt yet."""
+    return [(row["id"], row["generation"]) for row in await db.fetch(SQL.scheduled_jobs_without_attempts)]
+
+
+async def active_jobs_to_evaluate(db: Database) -> list[str]:
+    """The placed jobs whose attempts may call for a decision (one ended, a cancel or a
+    preemption asked)."""
+    return [row["id"] for row in await db.fetch(SQL.active_jobs_to_evaluate)]
+
+
+# --- a node's part, as the Kubernetes runner plays it (each statement on its own) --------
+
+
+async def mark_attempt_running(
+    db: Database,
+    attempt_id: str,
+    node_id: str,
+    pid: int | None,
+    pid_start_ticks: int | None,
+    log_path: str | None,
+    started: TaskStarted,
+    job_running: JobRunning,
+) -> asyncpg.Record | None:
+    """STARTING → RUNNING, only on ``node_id``, with ``started``; the job's first task to
+    run also makes the job RUNNING with ``job_running``. None when the attempt was not
+    this node's to start any more; else ``consequence_rows`` (whether the job changed
+    too), ``in_state_s`` and ``age_s``."""
+    return await change_with_event(
+        db,
+        SQL.mark_attempt_running,
+        (attempt_id, node_id, pid, pid_start_ticks, log_path),
+        started,
+        aggregate=started.data.job_id,
+        then=Consequence(SQL.job_running_with_its_first_task, job_running),
+    )
+
+
+async def mark_attempt_exited(db: Database, *, lost: bool, exited: TaskExited) -> bool:
+    """The attempt's end, only if its node still runs it, with ``exited``; False when it
+    was not that node's to report any more."""
+    data = exited.data
+    changed = await change_with_event(
+        db,
+        SQL.mark_attempt_exited,
+        (
+            data.attempt_id,
+            data.node_id,
+            "LOST" if lost else "EXITED",
+            data.exit_code,
+            data.signal,
+            data.reason,
+            data.classification,
+        ),
+        exited,
+        aggregate=data.job_id,
+    )
+    return changed is not None
+
+
+async def nodes_to_run(conn: Connection, pattern: str) -> list[str]:
+    """The nodes the monitor knows whose id matches ``pattern`` (a regular expression)."""
+    return [row["id"] for row in await conn.fetch(SQL.nodes_to_run, pattern)]
+
+
+async def renew_lease(conn: Connection, node_id: str, epoch: int, lease_s: float) -> bool:
+    """False when the lease of that epoch was lost meanwhile."""
+    return await conn.fetchval(SQL.renew_lease, node_id, epoch, lease_s) is not None
+
+
+async def register_agent(
+    conn: Connection, node_id: str, lease_s: float, isolation: str, isolation_detail: str, machine_cpus: int
+) -> int:
+    """A new lease epoch for the node: whatever an earlier holder held is fenced."""
+    epoch = await conn.fetchval(
+        SQL.register_agent, node_id, lease_s, isolation, isolation_detail, machine_cpus
+    )
+    return int(epoch)
+
+
+async def claim_attempt(db: Database, attempt_id: str, node_id: str, epoch: int) -> dict[str, Any] | None:
+    """ASSIGNED → STARTING (fenced by the lease's epoch), with what the task needs to
+    start; None when it is not to be started."""
+    row = await db.fetchrow(SQL.claim_attempt, attempt_id, node_id, epoch)
+    return None if row is None else dict(row)
+
+
+async def attempt_for_report(db: Database, attempt_id: str) -> asyncpg.Record | None:
+    """What reporting the attempt needs: its node and state, its job's spec, its log."""
+    return await db.fetchrow(SQL.attempt_for_report, attempt_id)
+
+
+async def live_attempts_on_nodes(db: Database, node_ids: list[str]) -> list[asyncpg.Record]:
+    """The attempts ASSIGNED, STARTING or RUNNING on these nodes, with their jobs' specs."""
+    return await db.fetch(SQL.live_attempts_on_nodes, node_ids)
+
+
+async def expired_task_logs(
+    db: Database,
+    job_ids: Sequence[str],
+    roles: Sequence[str],
+    indexes: Sequence[int],
+    attempt_nos: Sequence[int],
+    older_than_s: float,
+) -> list[asyncpg.Record]:
+    """Of these log files (one each), those whose attempt ended more than
+    ``older_than_s`` ago: ``ord`` (from 1) and ``job_ended``."""
+    return await db.fetch(SQL.expired_task_logs, job_ids, roles, indexes, attempt_nos, older_than_s)

@@ -148,8 +148,9 @@ class Settings(BaseSettings):
 
         Shared memory because the files describe processes, which do not outlive the
         machine either (after a reboot, a task without them is settled as lost, as it
-        is), and because each task's wrapper creates two of them: ~7 µs of CPU each on
-        tmpfs, ~165 µs on this machine's ext4 (measured), a fiftieth of a job's CPU."""
+        is), and because each task's wrapper creates two of them: a file made on tmpfs
+        costs a small fraction of the CPU it costs on a disk's filesystem such as ext4
+        (docs/performance.md has the figures)."""
         if self.agent.state_dir is not None:
             return self.agent.state_dir.resolve()
         home = self.common.paths.home.resolve()

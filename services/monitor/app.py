@@ -11,31 +11,19 @@ from functools import partial
 from services.monitor.handlers import NODE_COMMANDS, MonitorHandlers
 from services.monitor.health import default_rules
 from services.monitor.ingest import HeartbeatIngest
+from services.monitor.liveness import check_liveness
 from services.monitor.metrics import metrics_routes
-from services.monitor.repository import mark_silent_nodes_unreachable, prune_history, roll_up_history
+from services.monitor.repository import prune_history, roll_up_history
 from services.monitor.settings import MonitorSettings, Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.db.pool import Database
+from shared.events import NodeTelemetry, subjects_of
 from shared.idempotency import FORGET_EVERY_S, forget_processed
 from shared.service import every, run_service, service_resources
 
 log = logging.getLogger(__name__)
-HEARTBEAT_SUBJECT = "corral.metrics.node.>"
+HEARTBEAT_SUBJECT = subjects_of(NodeTelemetry)[0]
 HEARTBEAT_QUEUE = "monitor"
-
-
-async def check_liveness(db: Database, timeout_s: float, started: float, ingest: HeartbeatIngest) -> None:
-    # Heartbeats sent while this monitor was down were not heard (core NATS): give the
-    # nodes one timeout to be heard again before declaring any of them silent.
-    if time.monotonic() - started < timeout_s:
-        return
-    if ingest.is_behind(timeout_s / 3):
-        log.warning("heartbeats are waiting to be written; no node is judged silent meanwhile")
-        return
-    async with db.transaction() as conn:
-        marked = await mark_silent_nodes_unreachable(conn, timeout_s)
-    for node_id in marked:
-        log.warning("node %s missed its heartbeats; now UNREACHABLE", node_id)
 
 
 async def keep_history(db: Database, settings: MonitorSettings) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 
-from services.monitor.repository import apply_drain_request
+from services.monitor.drains import apply_drain_request
 from shared.bus import ConsumerConfig
 from shared.bus.streams import NODES
 from shared.db.pool import Database
-from shared.events import Event, NodeDrainRequested
+from shared.events import Event, NodeDrainRequested, subjects_of
 from shared.idempotency import first_time
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ CONSUMER = "monitor-node-commands"
 NODE_COMMANDS = ConsumerConfig(
     stream=NODES.name,
     durable=CONSUMER,
-    filter_subjects=("corral.node.drain_requested.>",),
+    filter_subjects=subjects_of(NodeDrainRequested),
 )
 
 

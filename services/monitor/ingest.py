@@ -14,8 +14,8 @@ more than Postgres on a small machine can take. So a heartbeat only updates memo
 What ``receive`` keeps of a heartbeat is its raw bytes, not the decoded model: a model
 is some 50 objects (a ``GpuSample`` per GPU, its lists, their dicts), and kept for
 seconds they outlive the young generations of Python's garbage collector, whose full
-collections then scan them again and again — measured at 5,000 heartbeats/s, about
-150 µs of collection per heartbeat, three to four times its validation. Bytes are one
+collections then scan them again and again, at 5,000 heartbeats/s for several times
+what validating a heartbeat costs (docs/performance.md). Bytes are one
 object the collector never scans. The paths that need a heartbeat whole (readings every
 10 s, registration, health checks, a node back from silence) decode the bytes again;
 they were validated on arrival.
@@ -33,19 +33,17 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from services.monitor.drains import check_health
 from services.monitor.health import HealthRules, suspicious
 from services.monitor.history import HistoryAggregator
+from services.monitor.registration import announce_nodes, inventory, register_nodes
 from services.monitor.repository import (
     HistoryRow,
     Inventory,
     ReadingsRow,
-    announce_nodes,
-    check_health,
     gpu_owners,
-    inventory,
     lock_nodes,
     readings_rows,
-    register_nodes,
     touch_nodes,
     write_history,
     write_readings_rows,

@@ -7,9 +7,9 @@ Read from Postgres at scrape time, so every monitor instance shows the whole clu
 
 Written straight in the text format (version 0.0.4), not through prometheus_client's
 metric families: a 5,000-node cluster is 40,000 GPUs and some 400,000 samples, and the
-client library spent 10 s of CPU on them (a validated sample object each) while the
-heartbeats, on the same event loop, waited. Here each GPU's label set is formatted once
-(under 1 s for the whole), and the event loop gets a turn every ``ROWS_PER_TURN`` rows.
+client library makes a validated sample object of each, seconds of CPU while the
+heartbeats, on the same event loop, wait (docs/performance.md). Here each GPU's label set
+is formatted once, and the event loop gets a turn every ``ROWS_PER_TURN`` rows.
 tests/monitor/test_metrics.py holds the text to the client library's, byte for byte.
 """
 
@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from services.monitor import repository
 from services.monitor.exporter.nvml import THROTTLE_REASONS
 from services.monitor.ingest import HeartbeatIngest, IngestCounters
-from services.monitor.repository import SQL
 from shared.db.pool import Database
 from shared.metrics import exposition as process_metrics
 
@@ -176,7 +176,7 @@ async def render(db: Database, ingest: HeartbeatIngest, names: frozenset[str] | 
     rows: Sequence[Any] = []
     if names is None or not names <= {name for name, _, _ in COUNTERS}:
         async with db.connection() as conn:
-            rows = await conn.fetch(SQL.latest_gpus)
+            rows = await repository.latest_gpus(conn)
     body = (await exposition(rows, ingest.counters, names)).encode()
     # The whole scrape also carries this process's own metrics (bus, outbox: shared.metrics).
     return body if names is not None else body + process_metrics()

@@ -1,4 +1,12 @@
-"""All of the monitor's SQL: node and GPU inventory, liveness, health and drains, history."""
+"""All of the monitor's SQL, through the named queries of ``sql/``: node and GPU
+inventory, liveness, health marks and drains, readings and history. Nothing here
+decides, and no event is built here: ``registration.py``, ``liveness.py`` and
+``drains.py`` decide, and write the events that go with the changes.
+
+The writes of the hot path (readings, history: 40,000 GPUs' rows every interval of a
+5,000-node cluster) go in multi-row statements of ``ROWS_PER_STATEMENT`` rows, always
+in (node, GPU) order, so concurrent monitors never deadlock.
+"""
 
 from __future__ import annotations
 
@@ -6,61 +14,37 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from services.monitor.health import LASTING, Finding, HealthMarks, HealthRules, evaluate, lasting_conditions
+import asyncpg
+
 from shared.db.pool import Connection
 from shared.db.queries import Queries
-from shared.events import NodeDrained, NodeRegistered, NodeUndrained, NodeUnreachable
-from shared.events.nodes import (
-    GpuInfo,
-    GpuSample,
-    NodeDrainedData,
-    NodeDrainRequestedData,
-    NodeRegisteredData,
-    NodeTelemetryData,
-    NodeUndrainedData,
-    NodeUnreachableData,
-)
-from shared.outbox import append, append_many
+from shared.events.nodes import GpuSample, NodeTelemetryData
 
 SQL = Queries(Path(__file__).parent / "sql")
-SOURCE = "corral/monitor"
 ROWS_PER_STATEMENT = 4000  # readings or history rows in one multi-row statement (see _chunks)
 _Row = TypeVar("_Row")
-
-
-_INVENTORY = operator.attrgetter("index", "uuid", "model", "memory_total_mb", "nvlink_domain")
 
 GpuInventory = tuple[int, str, str, int, int]  # index, uuid, model, memory_total_mb, nvlink_domain
 Inventory = tuple[str, float, int, tuple[GpuInventory, ...]]  # rack, CPUs, memory, GPUs
 
 
-def inventory(data: NodeTelemetryData) -> Inventory:
-    """What a node is made of: its rack, CPUs and memory, and each GPU's (index, uuid,
-    model, memory, NVLink domain). A change is a new registration. The ingest compares it
-    for every heartbeat, hence ``attrgetter`` (half the cost of a generator expression)."""
-    return data.rack, data.cpus, data.memory_mb, tuple(map(_INVENTORY, data.gpus))
+class NodeHealth(NamedTuple):
+    """What the health rules need of a node, its row locked."""
+
+    drained: bool
+    health_marks: dict[str, Any]
+    health_waivers: list[str]
+    expected_gpus: int
 
 
-def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
-    gpus = [
-        GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t, nvlink_domain=d)
-        for i, u, m, t, d in inventory(data)[3]
-    ]
-    return NodeRegistered(
-        source=SOURCE,
-        subject=data.node_id,
-        data=NodeRegisteredData(
-            node_id=data.node_id,
-            hostname=data.hostname,
-            simulated=data.simulated,
-            gpus=gpus,
-            rack=data.rack,
-            cpus=data.cpus,
-            memory_mb=data.memory_mb,
-        ),
-    )
+class SilentNode(NamedTuple):
+    node_id: str
+    age_s: float  # since its last heartbeat
+
+
+# --- nodes and their GPUs ----------------------------------------------------------------
 
 
 async def lock_nodes(conn: Connection, node_ids: Iterable[str]) -> dict[str, str]:
@@ -68,60 +52,53 @@ async def lock_nodes(conn: Connection, node_ids: Iterable[str]) -> dict[str, str
     return {r["id"]: r["state"] for r in await conn.fetch(SQL.lock_nodes, sorted(set(node_ids)))}
 
 
-async def register_nodes(
-    conn: Connection, heartbeats: Sequence[NodeTelemetryData], states: dict[str, str] | None = None
-) -> dict[str, int]:
-    """Store nodes new to this monitor (or whose GPUs changed), all in a few statements;
-    announce the ones that are new, back, or changed. Returns each node's expected GPUs.
-    ``states``: what ``lock_nodes`` returned for them, if the caller locked them already."""
-    if not heartbeats:
-        return {}
-    by_id = {h.node_id: h for h in heartbeats}
-    ids = sorted(by_id)
-    if states is None:
-        states = await lock_nodes(conn, ids)
-    nodes_before: dict[str, tuple[str, float, int]] = {}
-    gpus_before: dict[str, list[GpuInventory]] = {}
-    for r in await conn.fetch(SQL.gpu_inventories, ids):
-        nodes_before[r["node_id"]] = (r["rack"], r["cpus"], r["memory_mb"])
+async def inventories(conn: Connection, node_ids: list[str]) -> dict[str, Inventory]:
+    """What these nodes were made of when last registered (those registered at all)."""
+    nodes: dict[str, tuple[str, float, int]] = {}
+    gpus: dict[str, list[GpuInventory]] = {}
+    for r in await conn.fetch(SQL.gpu_inventories, node_ids):
+        nodes[r["node_id"]] = (r["rack"], r["cpus"], r["memory_mb"])
         if r["index"] is not None:
-            gpus_before.setdefault(r["node_id"], []).append(
+            gpus.setdefault(r["node_id"], []).append(
                 (r["index"], r["uuid"], r["model"], r["memory_total_mb"], r["nvlink_domain"])
             )
-    before = {node_id: (*node, tuple(gpus_before.get(node_id, ()))) for node_id, node in nodes_before.items()}
+    return {node_id: (*node, tuple(gpus.get(node_id, ()))) for node_id, node in nodes.items()}
+
+
+async def upsert_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> dict[str, int]:
+    """Store these nodes (in the given order, their ids sorted by the caller) as heard
+    now; each node's expected GPUs."""
     rows = await conn.fetch(
         SQL.register_nodes,
-        ids,
-        [by_id[i].hostname for i in ids],
-        [by_id[i].simulated for i in ids],
-        [len(by_id[i].gpus) for i in ids],
-        [by_id[i].address for i in ids],
-        [by_id[i].rack for i in ids],
-        [by_id[i].cpus for i in ids],
-        [by_id[i].memory_mb for i in ids],
+        [h.node_id for h in heartbeats],
+        [h.hostname for h in heartbeats],
+        [h.simulated for h in heartbeats],
+        [len(h.gpus) for h in heartbeats],
+        [h.address for h in heartbeats],
+        [h.rack for h in heartbeats],
+        [h.cpus for h in heartbeats],
+        [h.memory_mb for h in heartbeats],
     )
-    await write_inventory(conn, [by_id[i] for i in ids])
-    await write_readings(conn, [by_id[i] for i in ids])
-    await conn.execute(SQL.delete_gpus_beyond, ids, [len(by_id[i].gpus) for i in ids])
-    announce = [
-        by_id[r["id"]]
-        for r in rows
-        if states.get(r["id"]) != "READY" or before.get(r["id"]) != inventory(by_id[r["id"]])
-    ]
-    await append_many(conn, [(_registered_event(d), d.node_id) for d in announce])
     return {r["id"]: int(r["expected_gpus"]) for r in rows}
+
+
+async def delete_gpus_beyond(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
+    """Forget the GPUs a node no longer has (index past its count)."""
+    await conn.execute(
+        SQL.delete_gpus_beyond, [h.node_id for h in heartbeats], [len(h.gpus) for h in heartbeats]
+    )
 
 
 async def touch_nodes(conn: Connection, node_ids: Iterable[str]) -> list[str]:
     """Liveness for many known nodes in one statement. Returns the ids of the nodes that
-    were UNREACHABLE: back now, they are to be announced again (``announce_nodes``)."""
+    were UNREACHABLE: back now, they are to be announced again."""
     rows = await conn.fetch(SQL.touch_nodes, sorted(node_ids))
     return [row["id"] for row in rows if row["previous_state"] == "UNREACHABLE"]
 
 
-async def announce_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]) -> None:
-    """``corral.node.registered`` for each of these nodes, as they are now."""
-    await append_many(conn, [(_registered_event(d), d.node_id) for d in heartbeats])
+async def mark_unreachable(conn: Connection, timeout_s: float) -> list[SilentNode]:
+    """The READY nodes not heard for ``timeout_s``, now UNREACHABLE."""
+    return [SilentNode(row["id"], row["age_s"]) for row in await conn.fetch(SQL.mark_unreachable, timeout_s)]
 
 
 def _csv(values: Iterable[str] | None) -> str | None:
@@ -188,33 +165,34 @@ async def write_readings_rows(conn: Connection, rows: Sequence[ReadingsRow]) -> 
 
 def _chunks(rows: Sequence[_Row]) -> Iterator[Sequence[_Row]]:
     """``rows`` in slices of ``ROWS_PER_STATEMENT``, in order. asyncpg encodes a statement's
-    arrays in one go, holding the event loop (and the heartbeats): 40,000 GPUs' readings
-    in one statement held it for about half a second."""
+    arrays in one go, holding the event loop (and the heartbeats) meanwhile: a large
+    cluster's readings in one statement would stall them (docs/performance.md)."""
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         yield rows[start : start + ROWS_PER_STATEMENT]
 
 
-async def mark_silent_nodes_unreachable(conn: Connection, timeout_s: float) -> list[str]:
-    rows = await conn.fetch(SQL.mark_unreachable, timeout_s)
-    events = [
-        (
-            NodeUnreachable(
-                source=SOURCE,
-                subject=row["id"],
-                data=NodeUnreachableData(node_id=row["id"], last_heartbeat_age_s=row["age_s"]),
-            ),
-            row["id"],
-        )
-        for row in rows
-    ]
-    await append_many(conn, events)
-    return [row["id"] for row in rows]
+async def latest_gpus(conn: Connection) -> list[asyncpg.Record]:
+    """Every GPU's latest readings with its node and the job using it: a scrape's rows,
+    as asyncpg reads them (``metrics.py`` formats each once)."""
+    return await conn.fetch(SQL.latest_gpus)
 
 
-# --- health and drains ---------------------------------------------------------------
+# --- health and drains -------------------------------------------------------------------
 
 
-async def _record(
+async def node_health(conn: Connection, node_id: str) -> NodeHealth | None:
+    """The node's health marks, waivers and expected GPUs, its row locked."""
+    row = await conn.fetchrow(SQL.node_health, node_id)
+    if row is None:
+        return None
+    return NodeHealth(row["drained"], row["health_marks"], list(row["health_waivers"]), row["expected_gpus"])
+
+
+async def save_health_marks(conn: Connection, node_id: str, marks: dict[str, object]) -> None:
+    await conn.execute(SQL.save_health_marks, node_id, marks)
+
+
+async def insert_health_event(
     conn: Connection,
     node_id: str,
     kind: str,
@@ -227,58 +205,23 @@ async def _record(
     await conn.execute(SQL.insert_health_event, node_id, kind, gpu, condition, action, detail, actor)
 
 
-async def drain(conn: Connection, node_id: str, reason: str, by: str, evict: bool) -> bool:
-    """Drain the node (or widen a drain to evicting); announce it. False if nothing changed."""
-    if await conn.fetchval(SQL.drain_node, node_id, reason, by, evict) is None:
-        return False
-    await _record(conn, node_id, "drained", None, "drain", "evict" if evict else "drain", reason, by)
-    event = NodeDrained(
-        source=SOURCE,
-        subject=node_id,
-        data=NodeDrainedData(node_id=node_id, reason=reason, drained_by=by, evict=evict),
-    )
-    await append(conn, event, aggregate=node_id)
-    return True
+async def drain_node(conn: Connection, node_id: str, reason: str, by: str, evict: bool) -> bool:
+    """Drain the node (or widen its drain to evicting); False if that changed nothing."""
+    return await conn.fetchval(SQL.drain_node, node_id, reason, by, evict) is not None
 
 
-async def check_health(conn: Connection, data: NodeTelemetryData, rules: HealthRules) -> list[Finding]:
-    """Evaluate the rules on one heartbeat, under the node's row lock; drain if they say so."""
-    row = await conn.fetchrow(SQL.node_health, data.node_id)
-    if row is None:
-        return []
-    marks = HealthMarks.from_json(row["health_marks"])
-    findings, new_marks = evaluate(
-        data.gpus,
-        data.boot_id,
-        marks,
-        frozenset(row["health_waivers"]),
-        row["expected_gpus"],
-        rules,
-        data.gpu_fault,
-    )
-    if new_marks != marks:
-        await conn.execute(SQL.save_health_marks, data.node_id, new_marks.to_json())
-    acting = [f for f in findings if f.action != "ignore"]
-    new_events = [f for f in findings if f.condition not in LASTING]
-    for f in new_events if row["drained"] else findings:
-        # Lasting conditions are written once, when they drain; events every time they occur.
-        await _record(conn, data.node_id, "finding", f.gpu_index, f.condition, f.action, f.detail, "monitor")
-    if acting:
-        evict = any(f.action == "evict" for f in acting)
-        await drain(conn, data.node_id, "; ".join(f.detail for f in acting), "monitor", evict)
-    return findings
+async def undrain_node(conn: Connection, node_id: str, waived: list[str], expected_gpus: int) -> bool:
+    """Undrain the node, accepting ``waived``; False if it was not drained."""
+    return await conn.fetchval(SQL.undrain_node, node_id, waived, expected_gpus) is not None
 
 
-async def apply_drain_request(conn: Connection, request: NodeDrainRequestedData) -> bool:
-    """An admin's drain or undrain. Undraining accepts the lasting conditions present now."""
-    if await conn.fetchval(SQL.node_exists, request.node_id) is None:
-        return False
-    if request.drain:
-        return await drain(
-            conn, request.node_id, request.reason or "drained by an admin", request.requested_by, False
-        )
-    rows = await conn.fetch(SQL.current_gpus, request.node_id)
-    gpus = [
+async def node_exists(conn: Connection, node_id: str) -> bool:
+    return await conn.fetchval(SQL.node_exists, node_id) is not None
+
+
+async def current_gpus(conn: Connection, node_id: str) -> list[GpuSample]:
+    """The node's GPUs as last read: which are lost, which failed a row remap."""
+    return [
         GpuSample(
             index=r["index"],
             uuid=r["uuid"],
@@ -287,25 +230,11 @@ async def apply_drain_request(conn: Connection, request: NodeDrainRequestedData)
             lost=r["lost"],
             remap_failure=r["remap_failure"],
         )
-        for r in rows
+        for r in await conn.fetch(SQL.current_gpus, node_id)
     ]
-    waived = lasting_conditions(gpus)
-    if await conn.fetchval(SQL.undrain_node, request.node_id, waived, len(gpus)) is None:
-        return False
-    detail = request.reason or "undrained by an admin"
-    if waived:
-        detail += f" (accepted: {', '.join(waived)})"
-    await _record(conn, request.node_id, "undrained", None, "undrain", "none", detail, request.requested_by)
-    event = NodeUndrained(
-        source=SOURCE,
-        subject=request.node_id,
-        data=NodeUndrainedData(node_id=request.node_id, undrained_by=request.requested_by, waived=waived),
-    )
-    await append(conn, event, aggregate=request.node_id)
-    return True
 
 
-# --- history -------------------------------------------------------------------------
+# --- history -----------------------------------------------------------------------------
 
 
 class HistoryRow(NamedTuple):

@@ -8,9 +8,9 @@ from functools import partial
 
 from services.scheduler.cycle import Cycle
 from services.scheduler.dry_run import answer_dry_run
-from services.scheduler.handlers import RETIRED_CONSUMERS, WAKING_SUBJECTS
 from services.scheduler.leader import Leadership
 from services.scheduler.settings import Settings
+from services.scheduler.wakeups import RETIRED_CONSUMERS, WAKING_SUBJECTS
 from shared.dry_run import DRY_RUN_QUEUE, DRY_RUN_SUBJECT
 from shared.gc_tuning import tune_garbage_collector
 from shared.service import run_service, service_resources

@@ -19,17 +19,13 @@ from dataclasses import replace
 import asyncpg
 
 from services.scheduler import metrics
+from services.scheduler.decisions import commit_decisions
 from services.scheduler.leader import Leadership
 from services.scheduler.model import Waiting
 from services.scheduler.planner import PlanSettings, plan
 from services.scheduler.preemption import evict_from_drained_nodes, request_preemption
-from services.scheduler.repository import (
-    PendingJobs,
-    commit_decisions,
-    finished_waits,
-    load_snapshot,
-    write_pending_status,
-)
+from services.scheduler.repository import finished_waits, write_pending_status
+from services.scheduler.snapshot import PendingJobs, load_snapshot
 from services.scheduler.starvation import StarvationRule, TypicalWait
 from shared.aio import raise_if_cancelling, wait_event
 from shared.db.pool import Connection, commit_scope
@@ -81,12 +77,12 @@ class Cycle:
         after the last cycle ended.
 
         The gap costs a job on an idle cluster nothing (its cycle starts at once) and
-        under load saves more than it costs. In bench.e2e (8 GPUs, a job's end frees
-        one every ~11 ms) each event had its own cycle, ~0.6 per job, each reading and
-        ranking the whole queue; with 20 ms between cycles a few ends share one (0.26
-        cycles per job), and the scheduler's CPU per job fell by a third and Postgres'
-        by a fifth, for a GPU idle a few milliseconds longer: 10 ms gave less, 40 ms
-        left GPUs idle (docs/performance.md).
+        under load saves more than it costs. Without it, when jobs end every few
+        milliseconds (bench.e2e), each event gets its own cycle, each reading and
+        ranking the whole queue; with a gap a few ends share one, so the scheduler and
+        Postgres spend less CPU per job, for a GPU idle a few milliseconds longer. Too
+        short a gap saves little, too long a one leaves GPUs idle (docs/performance.md
+        has the figures behind the default).
         """
         loop = asyncio.get_running_loop()
         while True:

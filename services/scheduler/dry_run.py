@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from services.scheduler.cycle import MAX_PENDING_PER_CYCLE
 from services.scheduler.model import PendingJob, TaskDemand
 from services.scheduler.planner import PlanSettings, plan
-from services.scheduler.repository import load_snapshot
+from services.scheduler.snapshot import load_snapshot
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.dry_run import DryRunAnswer, DryRunPlacement, DryRunRequest
 

@@ -9,10 +9,12 @@ to having room, and the next cycle starts them again in the holes on the other n
 The waiting job gets its node; the moved jobs lose only a restart (the preemption's
 grace period, requeued without it counting against them, their attained service kept).
 
-On the trace slices a job of at most 8 GPUs waited with enough GPUs free, but not on one
-node, 38% of the time it waited on cluster02. Moves took the live policy's average JCT
-there from 1.12 to 1.07 times SRTF's (1.08 when every restart costs a minute), and
-Philly's p99.9 wait from 136k s to 77k s (docs/performance.md, "Scheduling policies").
+On the trace slices a job of at most 8 GPUs waits with enough GPUs free, but not on one
+node, for much of the time it waits at all: this is where duration-blind least attained
+service falls furthest behind SRTF, which clears such a node by preempting whichever
+small job has more left. Moves close most of that gap in average JCT and in the tail
+wait, even when every restart is charged a minute (docs/performance.md, "Scheduling
+policies", has the figures).
 
 Rules (``choose_movers``):
 - only for a job that fits on one node, and only when the free GPUs of its type could

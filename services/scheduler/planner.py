@@ -34,7 +34,7 @@ priority: a promoted job may preempt any that is not promoted, and once placed (
 allocation says so) is never preempted for service; jobs wider than a quarter of the
 cluster are never promoted.
 ``bench.simulate --policy corral`` replays the production traces through this very
-function (``policy/corral.py``).
+function (``bench/sim/policy/corral.py``).
 
 **Preemption**, always of the cheapest victims (borrowed first, then lowest priority, then
 least progress lost), and never of more jobs than the gang needs:

@@ -1,9 +1,9 @@
 """The live policy's starvation limit, load-aware: how long a job may wait before the guard
 promotes it (planner.py, "Least attained service"; levels.py).
 
-A fixed limit cannot fit every cluster: on the production traces 12 hours cost an
+A fixed limit cannot fit every cluster: on the production traces 12 hours costs an
 overloaded 16-node slice a third of its average job completion time (hundreds of jobs
-wait that long there), while 2 days let a lightly loaded 80-node slice's tail grow past
+wait that long there), while 2 days lets a lightly loaded 80-node slice's tail grow past
 FIFO's. So the limit follows the load: ``factor`` times the typical wait, and never less
 than ``min_wait_s``.
 
@@ -13,9 +13,9 @@ finish. Each completion moves it by weight ``max(1 - exp(-dt / window_s), MIN_WE
 dt being the time since the previous completion: a time average in which a burst of
 completions at one instant still counts a little. Why finished jobs' whole waits and not
 first-start waits: under least attained service a job starts soon and waits later, after
-it is preempted; the first-start wait stayed near zero on an overloaded slice, the limit
-at its 12-hour floor, and the guard promoted so many jobs that it cost cluster02 a fifth
-of its average JCT (docs/performance.md).
+it is preempted; the first-start wait stays near zero on an overloaded slice, the limit
+at its floor, and the guard then promotes so many jobs that cluster02 loses a fifth of
+its average JCT (docs/performance.md).
 
 The live cycle folds in the jobs that finished since it last looked, once a minute
 (``cycle.py``, ``repository.finished_waits``); the simulator's ``corral`` policy as jobs finish.

@@ -26,6 +26,19 @@ from dataclasses import dataclass
 
 from shared.bus.streams import ALERTS, JOBS, METRICS, NODES
 from shared.dry_run import DRY_RUN_SUBJECT
+from shared.events import (
+    JobCancelled,
+    JobFailed,
+    JobPreempted,
+    JobSubmitted,
+    JobSucceeded,
+    NodeDrainRequested,
+    NodeTelemetry,
+    TaskAssigned,
+    TaskStopRequested,
+    subject_for,
+    subjects_of,
+)
 from shared.node_logs import LOGS_SUBJECT_PREFIX, logs_subject
 from shared.outbox.rows import MAY_PRECEDE
 
@@ -57,8 +70,8 @@ def node_consumers(node_id: str) -> tuple[tuple[str, str], ...]:
     """(durable, filter) of a node agent's consumers on the jobs stream: one filter
     each, so the filter is part of the subject that creates them."""
     return (
-        (f"agent-{node_id}", f"corral.task.assigned.{node_id}"),
-        (f"agent-{node_id}-stops", f"corral.task.stop_requested.{node_id}"),
+        (f"agent-{node_id}", subject_for(TaskAssigned, node_id)),
+        (f"agent-{node_id}-stops", subject_for(TaskStopRequested, node_id)),
     )
 
 
@@ -150,11 +163,8 @@ def service_permissions(service: str) -> BusPermissions:
                 ),
                 subscribe=(
                     # wake-ups (core NATS), and the dry-run questions it answers
-                    *(
-                        f"corral.job.{verb}.>"
-                        for verb in ("submitted", "succeeded", "failed", "cancelled", "preempted")
-                    ),
-                    "corral.node.>",
+                    *subjects_of(JobSubmitted, JobSucceeded, JobFailed, JobCancelled, JobPreempted),
+                    *NODES.subjects,
                     DRY_RUN_SUBJECT,
                 ),
                 answers=True,
@@ -183,19 +193,19 @@ def service_permissions(service: str) -> BusPermissions:
                             for verb in ("registered", "unreachable", "drained", "undrained")
                         )
                     ),
-                    *_durable(NODES.name, "monitor-node-commands", "corral.node.drain_requested.>"),
+                    *_durable(NODES.name, "monitor-node-commands", *subjects_of(NodeDrainRequested)),
                     # The metrics stream is in memory: after a NATS restart the monitor,
                     # its reader, makes it again.
                     *_stream_admin(METRICS.name),
                 ),
-                subscribe=("corral.metrics.node.>",),
+                subscribe=subjects_of(NodeTelemetry),
             )
         case "alerter":
             return _with_common(
                 service,
                 publish=(
                     *_events("corral.alert.firing", "corral.alert.changed"),
-                    *_durable(JOBS.name, "alerter-jobs", "corral.job.failed.>"),
+                    *_durable(JOBS.name, "alerter-jobs", *subjects_of(JobFailed)),
                     *_durable(NODES.name, "alerter-nodes"),
                     *_durable(ALERTS.name, "alerter-actions"),
                 ),

@@ -139,12 +139,12 @@ class NatsSubscription:
 
     ``fetch(batch)`` asks JetStream for ``min(batch, backlog)`` messages, where the
     backlog is what the last message delivered said was still pending behind it (its
-    ``num_pending``); with none known, one. Asking for more than are waiting stalled
+    ``num_pending``); with none known, one. Asking for more than are waiting stalls
     an idle consumer: nats-py (2.16) sends a batch request that the server keeps open,
     returns once a first message came, and leaves the request behind; the server gives
     the next message to that older request, and the next fetch, having got it, waits
-    for the rest of its own batch until the old request expires (a whole fetch timeout:
-    a job's start took 0.6-0.9 s instead of 25 ms, a few times in every hundred). A
+    for the rest of its own batch until the old request expires (a whole fetch timeout,
+    so a job's start takes most of a second instead of milliseconds). A
     request for what is already there is filled at once, and a batch of one returns on
     its first message whatever request it came through.
     """

@@ -36,6 +36,7 @@ from shared.events.nodes import (
     NodeUndrained,
     NodeUnreachable,
 )
+from shared.events.subjects import subject_for, subjects_of
 from shared.events.types import Event, event_json_schema, parse_event
 
 __all__ = [
@@ -68,4 +69,6 @@ __all__ = [
     "TaskStopRequested",
     "event_json_schema",
     "parse_event",
+    "subject_for",
+    "subjects_of",
 ]

@@ -308,12 +308,12 @@ class OutboxRelay:
         no row locks: the partition's lock is a *session* advisory lock, taken first
         (``_CLAIM`` says why apart), given back by the statement that stamps the rows,
         after their commit (``_stamp_and_unlock``). While a relay holds it, no other
-        relay reads the partition, so a row is published once and in order. (The rows'
-        ``FOR UPDATE`` locks, which the transaction-scoped lock needed, wrote every row
-        one more time.) "Held by another relay" (look at it again soon) and "nothing
-        left" (done, and the claim has let the lock go) differ: under load most NOTIFYs
-        name a partition this relay has just emptied, and taking those for contention
-        had cost a counting pass each. Any way out of here but the
+        relay reads the partition, so a row is published once and in order. (A
+        transaction-scoped lock would need the rows' ``FOR UPDATE`` locks as well, which
+        write every row one more time.) "Held by another relay" (look at it again soon)
+        and "nothing left" (done, and the claim has let the lock go) differ: under load
+        most NOTIFYs name a partition this relay has just emptied, and taking those for
+        contention would cost a counting pass each. Any way out of here but the
         stamp's commit (a failed claim or stamp, a cancellation while publishing)
         closes the connection, which is what lets the lock go then: a pooled connection
         must never keep it.

@@ -86,7 +86,7 @@ def outbox_row(event: Envelope, aggregate: str) -> OutboxRow:
     trace unless it carries one.
 
     For ``append`` and ``append_many``, and for a statement that writes a state change
-    and its event at once (the API's submit: ``services/api/sql/jobs.sql``), which must
+    and its event at once (the API's submit: ``services/api/jobs/sql/jobs.sql``), which must
     also ``pg_notify(notify_channel(event.source), part::text)``: the relay that hears
     it publishes that partition without first counting every partition's rows."""
     traceparent = event.traceparent or current_traceparent()

@@ -69,7 +69,8 @@ async def publish_pipelined(bus: Bus, rows: Sequence[Outgoing], window: int = 12
     sending the next (they leave in order on the one connection); the keys of those acked.
 
     For the rows published on commit: a burst (a thousand submits in a second) published
-    one ack at a time had left rows a second old, which every relay's poll then took."""
+    one ack at a time would leave rows a second old, which every relay's poll would then
+    take."""
     if len(rows) == 1:
         return await publish_in_order(bus, rows)
     sent: list[int | str] = []

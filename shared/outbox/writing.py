@@ -82,7 +82,7 @@ async def append_with_change(
     """``append`` with the change it records, in one statement, in the caller's open
     transaction: ``change`` is one data-modifying statement that RETURNs a row when it
     changed something, and ``event`` is written only if it did. The change's row, or
-    None. One round trip where ``execute`` then ``append`` took two; the event is
+    None. One round trip where ``execute`` then ``append`` would take two; the event is
     published on commit as ``append``'s is, or else NOTIFYs the relays."""
     if not conn.is_in_transaction():
         raise RuntimeError("outbox.append_with_change must run inside a transaction")

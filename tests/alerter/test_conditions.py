@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 from services.alerter.conditions import reconcile_conditions
 from services.alerter.routing import Routing
-from services.api.repository import ApiRepository
+from services.api.cluster.repository import ClusterRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from shared.alert_rules import (
     AlertRules,
     ConditionRules,
@@ -46,10 +48,9 @@ async def submit(db: Database, gpus: int = 2, vc: str = "default") -> str:
             "tasks": [{"name": "main", "command": "x", "resources": {"gpus": gpus}}],
         }
     )
-    repo = ApiRepository(db)
-    await repo.put_vc(vc, "", {}, None, "test")  # jobs go to VCs that exist
-    job = await repo.submit_job(spec, "alice", None)
-    return str(job["id"])
+    await ClusterRepository(db).put_vc(vc, "", {}, None, "test")  # jobs go to VCs that exist
+    submitted = await Submitter(JobRepository(db)).submit(spec, "alice", None)
+    return submitted.job.id
 
 
 async def reconcile(db: Database, rules: AlertRules = RULES) -> tuple[list[str], list[str]]:

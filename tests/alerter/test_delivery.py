@@ -8,14 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
+from services.alerter.alert_lifecycle import open_alert, resolve
 from services.alerter.delivery import Deliverer
-from services.alerter.repository import open_alert, resolve
 from services.alerter.routing import parse_routing
 from services.alerter.rules import AlertDraft
 from services.alerter.settings import AlerterSettings
 from shared.db.pool import Database
-from tests.receivers import Receivers
+from tests.fixtures.receivers import Receivers
 
 
 def routing_for(recv: Receivers, **paths: str) -> str:
@@ -117,6 +118,7 @@ async def test_5xx_is_retried_with_backoff_and_4xx_is_not(db: Database, receiver
     assert len(receivers.bodies("bad")) == 1
 
 
+@pytest.mark.slow
 async def test_a_hanging_receiver_does_not_hold_up_the_others(db: Database, receivers: Receivers) -> None:
     await fire(db, routing_for(receivers, slow="hang", hook="hook"))
     async with httpx.AsyncClient() as http:

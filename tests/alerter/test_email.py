@@ -11,8 +11,8 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from corral.local.ports import free_port
+from services.alerter.alert_lifecycle import open_alert
 from services.alerter.delivery import Deliverer
-from services.alerter.repository import open_alert
 from services.alerter.routing import parse_routing
 from services.alerter.rules import AlertDraft
 from services.alerter.settings import AlerterSettings

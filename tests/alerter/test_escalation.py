@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from services.alerter.repository import acknowledge, escalate_due, open_alert, resolve
+from services.alerter.alert_lifecycle import acknowledge, open_alert, resolve
+from services.alerter.notifications import escalate_due
 from services.alerter.routing import parse_routing
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Database

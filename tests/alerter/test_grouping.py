@@ -10,14 +10,16 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from services.alerter.alert_lifecycle import acknowledge, open_alert, resolve
 from services.alerter.delivery import Deliverer
-from services.alerter.repository import acknowledge, apply_silence_request, open_alert, repeat_due, resolve
+from services.alerter.notifications import repeat_due
+from services.alerter.repository import apply_silence_request
 from services.alerter.routing import Routing, parse_routing
 from services.alerter.rules import AlertDraft
 from services.alerter.settings import AlerterSettings
 from shared.db.pool import Database
 from shared.events.alerts import Matcher, SilenceRequestedData
-from tests.receivers import Receivers
+from tests.fixtures.receivers import Receivers
 
 SETTINGS = AlerterSettings(delivery_timeout_s=1.0, max_backoff_s=0.05, delivery_lease_s=0.5)
 

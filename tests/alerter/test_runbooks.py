@@ -12,7 +12,6 @@ from services.alerter.rule_config import RULES_PATH, RulesInForce, default_rules
 from services.alerter.rules import draft_for
 from services.api.app import create_app
 from services.api.docs_pages import RUNBOOKS
-from services.api.repository import ApiRepository
 from services.api.settings import Settings
 from shared.alert_rules import ConditionRules, EventRule, EventRules
 from shared.db.pool import Database
@@ -76,7 +75,7 @@ async def test_every_alerts_runbook_link_is_a_page_the_api_serves_without_a_toke
     }
     assert len(links) == len(rules_by_name())
     assert all(link.startswith(BASE) for link in links)
-    app = create_app(ApiRepository(db), Health("api", {}), Settings())
+    app = create_app(db, Health("api", {}), Settings())
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://corral.test"
     ) as http:

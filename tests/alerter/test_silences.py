@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from services.alerter.repository import apply_silence_request, open_alert, resolve
+from services.alerter.alert_lifecycle import open_alert, resolve
+from services.alerter.repository import apply_silence_request
 from services.alerter.routing import Routing, parse_routing
 from services.alerter.rules import AlertDraft
 from shared.db.pool import Database

@@ -10,8 +10,8 @@ import httpx
 
 from services.alerter.repository import publish_rules_in_force, rule_overrides, set_rule_overrides
 from services.alerter.rule_config import RulesInForce
-from services.api.auth import hash_token
-from services.api.repository import ApiRepository
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
 from shared.db.pool import Database
 from shared.events import parse_event
 from shared.events.alerts import AlertRulesRequested
@@ -95,7 +95,7 @@ async def test_a_bad_override_is_refused_naming_the_field_and_changes_nothing(
 
 
 async def test_only_an_admin_changes_the_rules(client: httpx.AsyncClient, db: Database) -> None:
-    await ApiRepository(db).upsert_token("tok-bob", "bob", hash_token("crl_bob"), "user", "bob")
+    await upsert_token(TenantRepository(db), "tok-bob", "bob", hash_token("crl_bob"), "user", "bob")
     bob = {"Authorization": "Bearer crl_bob"}
     refused = await client.put("/api/v1/alert-rules", json={}, headers=bob)
     assert refused.status_code == 403

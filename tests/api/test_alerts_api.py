@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import httpx
 
-from services.alerter.repository import acknowledge, open_alert, resolve
+from services.alerter.alert_lifecycle import acknowledge, open_alert, resolve
 from services.alerter.routing import Routing
 from services.alerter.rules import AlertDraft
-from services.api.auth import hash_token
-from services.api.repository import ApiRepository
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
 from shared.db.pool import Database
 
 
 async def _alerts(db: Database, client: httpx.AsyncClient) -> tuple[str, str]:
     """Alice's job failed; a node's GPU is unhealthy. Returns both alert ids."""
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     spec = {"name": "t", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 1}}]}
     alice_job = (
         await client.post("/api/v1/jobs", json=spec, headers={"Authorization": "Bearer crl_alice"})

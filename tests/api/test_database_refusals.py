@@ -21,7 +21,7 @@ HELLO: dict[str, Any] = {
     "name": "hello",
     "tasks": [{"name": "main", "instances": 1, "command": "echo hello", "resources": {"gpus": 1}}],
 }
-PROBLEMS = "https://corral.dev/problems/"
+PROBLEMS = "/docs/problems/"
 
 
 class Refusal:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from services.api.event_hub import Cursor, StreamEvent
-from services.api.event_scope import EventFacts
-from services.api.routes_events import frame
+from services.api.events.hub import Cursor, StreamEvent
+from services.api.events.routes import frame
+from services.api.events.scope import EventFacts
 from shared.bus.nats import NatsBus
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
-from tests.api.conftest import Api
+from tests.fixtures.api import Api
 
 
 def _submitted(number: int) -> JobSubmitted:

@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from services.api.event_hub import EventHub
-from services.api.event_scope import EventFacts, Scopes
-from services.api.routes_events import sse
+from services.api.events.hub import EventHub
+from services.api.events.repository import EventRepository
+from services.api.events.routes import sse
+from services.api.events.scope import EventFacts, Scopes
 from shared.bus.nats import NatsBus
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
@@ -25,7 +26,7 @@ from shared.events.alerts import AlertFiringData
 from shared.events.jobs import JobRunningData, JobSubmittedData, TaskStartedData
 from shared.events.nodes import NodeDrainedData
 from shared.ids import new_job_id
-from tests.api.conftest import Api
+from tests.fixtures.api import Api
 
 
 async def _job(db: Database, user: str, vc: str = "default") -> str:
@@ -305,11 +306,12 @@ async def test_with_no_stream_open_the_hub_only_moves_its_position(
     assert worked_out == 1
 
 
+@pytest.mark.slow
 async def test_the_hub_tails_the_streams_only_while_someone_follows(bus: NatsBus, db: Database) -> None:
     """No ordered consumers (no NATS push of every event, no CPU in the API) until a
     stream asks for them, and none again once nobody has followed for ``idle_s``; a
     subscriber after a pause starts at the streams' ends, not at the pause."""
-    hub = EventHub(bus.js, Scopes(db), idle_s=0.3)
+    hub = EventHub(bus.js, Scopes(EventRepository(db)), idle_s=0.3)
     running_hub = asyncio.create_task(hub.run())
 
     async def consumers() -> int:

@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from services.api.app import create_app
-from services.api.auth import hash_token
 from services.api.rate_limit import Buckets
-from services.api.repository import ApiRepository
 from services.api.settings import ApiSettings, Settings
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
 from shared.db.pool import Database
 from shared.service import Health
 
@@ -72,7 +72,7 @@ async def test_concurrent_replays_create_one_job(client: httpx.AsyncClient, db: 
 
 
 async def test_keys_are_per_user_and_expire(client: httpx.AsyncClient, db: Database) -> None:
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     key = {"Idempotency-Key": "same"}
     mine = (await client.post("/api/v1/jobs", json=HELLO, headers=key)).json()["id"]
     theirs = await client.post(
@@ -112,7 +112,7 @@ async def limited(db: Database, admin_token: str) -> AsyncIterator[httpx.AsyncCl
             rate_limit_per_s=1.0, rate_limit_burst=5, submit_rate_limit_per_s=0.5, submit_rate_limit_burst=2
         )
     )
-    app = create_app(ApiRepository(db), Health("api", {}), settings)
+    app = create_app(db, Health("api", {}), settings)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
         base_url="http://corral.test",

@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.auth import hash_token
-from services.api.repository import ApiRepository
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.events import JobRunning, JobSucceeded, TaskExited, TaskStarted
 from shared.events.jobs import JobEndedData, JobRunningData, TaskExitedData, TaskStartedData
-from tests.api.conftest import Api
 from tests.api.test_events_api import publish, submitted
+from tests.fixtures.api import Api
 
 ALICE = {"Authorization": "Bearer crl_alice"}
 
@@ -28,7 +28,7 @@ def _job(name: str, vc: str = "default", **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture
 async def alice(db: Database) -> None:
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
 
 
 @pytest.mark.usefixtures("alice")

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.api.auth import load_or_create_admin_token
 from services.api.problems import PRIVILEGE_FIELDS, PRIVILEGE_MESSAGE
+from services.api.tenants.auth import load_or_create_admin_token
 from shared.db.pool import Database
 from shared.events import JobSubmitted, parse_event
 

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from services.api.auth import hash_token
-from services.api.repository import ApiRepository
-from services.monitor.repository import HistoryRow, register_nodes, write_history
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
+from services.monitor.registration import register_nodes
+from services.monitor.repository import HistoryRow, write_history
 from shared.db.pool import Database
 from shared.events.nodes import GpuSample, NodeTelemetryData
 
@@ -29,7 +30,7 @@ async def _node(db: Database, node_id: str = "gpu-node-1") -> None:
 
 
 async def _user_client(client: httpx.AsyncClient, db: Database) -> httpx.AsyncClient:
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     return httpx.AsyncClient(
         transport=client._transport, base_url=client.base_url, headers={"Authorization": "Bearer crl_alice"}
     )

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from services.alerter.repository import apply_silence_request
-from services.api.auth import hash_token
-from services.api.repository import ApiRepository
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
 from shared.db.pool import Database
 from shared.events import parse_event
 from shared.events.alerts import SilenceRequested
@@ -85,7 +85,7 @@ async def test_windows_in_the_past_or_too_long_and_users_are_refused(
     assert (await client.post("/api/v1/silences", json=nul)).status_code == 422
     naive = {"matchers": matchers, "ends_at": "2099-01-01T00:00:00"}
     assert "timezone" in (await client.post("/api/v1/silences", json=naive)).text
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     alice = {"Authorization": "Bearer crl_alice"}
     refused = await client.post(
         "/api/v1/silences", json={"matchers": matchers, "duration_s": 600}, headers=alice

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.events import JobSubmitted
@@ -33,13 +34,13 @@ async def test_the_one_statement_submit_publishes_its_event_once_it_has_committe
             task = asyncio.create_task(relay.run())
             try:
                 await asyncio.sleep(0.3)  # its first pass
-                job = await ApiRepository(db).submit_job(SPEC, "alice", None)
+                job = (await Submitter(JobRepository(db)).submit(SPEC, "alice", None)).job
                 msg = await sub.next_msg(timeout=5)
             finally:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await listener.remove_listener(notify_channel("corral/api"), heard)
     await sub.unsubscribe()
-    assert JobSubmitted.model_validate_json(msg.data).data.job_id == job["id"]
+    assert JobSubmitted.model_validate_json(msg.data).data.job_id == job.id
     assert relay.published == 1
     assert notifications == []

@@ -17,10 +17,10 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
 from services.api.app import create_app
-from services.api.auth import current_principal, hash_token
-from services.api.repository import SQL, ApiRepository
 from services.api.settings import Settings
-from services.api.tenant_repository import TenantRepository
+from services.api.tenants.auth import current_principal, hash_token
+from services.api.tenants.repository import TenantRepository
+from services.api.webhooks.repository import SQL as WEBHOOK_SQL
 from shared.db.pool import Database
 from shared.service import Health
 
@@ -213,7 +213,7 @@ async def test_expired_revoked_and_deleted_users_tokens_are_refused(teams: Teams
         assert "the bearer token expired at" in expired.json()["detail"]
     assert (await teams.admin.delete("/api/v1/users/bob")).status_code == 204
     assert (await teams.bob.get("/api/v1/jobs")).status_code == 401, "a deleted user's tokens go with them"
-    assert (await teams.admin.delete("/api/v1/tokens/tok-admin-bootstrap")).status_code == 422
+    assert (await teams.admin.delete("/api/v1/tokens/tok-admin-bootstrap")).status_code == 409
     everyone = {t["user"] for t in (await teams.admin.get("/api/v1/tokens")).json()["items"]}
     assert everyone == {"admin", "alice"}
 
@@ -323,7 +323,7 @@ async def test_bad_tenant_input_is_refused_and_changes_nothing(teams: Teams, db:
         ("DELETE", "/api/v1/groups/speech/members/alice", None, 404, "not a member"),
         ("PUT", "/api/v1/virtual-clusters/speech", {"allowed_groups": ["nope"]}, 422, "no group named nope"),
         ("PUT", "/api/v1/virtual-clusters/speech", {"allowed_groups": ["../x"]}, 422, "allowed_groups"),
-        ("DELETE", "/api/v1/users/admin", None, 422, "cannot delete yourself"),
+        ("DELETE", "/api/v1/users/admin", None, 409, "cannot delete yourself"),
         ("DELETE", "/api/v1/tokens/tok-nope", None, 404, "no token"),
         ("GET", "/api/v1/audit?cursor=99999999999999999999", None, 422, "cursor"),
         ("GET", "/api/v1/audit?target=a%00b", None, 422, "target"),
@@ -345,7 +345,9 @@ async def test_a_demoted_admins_webhook_no_longer_sees_everything(teams: Teams, 
         assert (await carol.post("/api/v1/webhooks", json=hook)).status_code == 201
 
     async def carols() -> list[bool]:  # what the webhook fan-in matches events against
-        return [r["sees_all"] for r in await db.fetch(SQL.enabled_webhooks) if r["username"] == "carol"]
+        return [
+            r["sees_all"] for r in await db.fetch(WEBHOOK_SQL.enabled_webhooks) if r["username"] == "carol"
+        ]
 
     assert await carols() == [True]
     await teams.admin.patch("/api/v1/users/carol", json={"role": "user"})
@@ -370,10 +372,10 @@ def _api_routes(routes: list[BaseRoute]) -> list[APIRoute]:
 
 
 async def test_every_api_route_needs_a_token(db: Database) -> None:
-    app = create_app(ApiRepository(db), Health("api", {}), Settings())
+    app = create_app(db, Health("api", {}), Settings())
     routes = [r for r in _api_routes(app.routes) if r.path.startswith("/api/")]
     assert len(routes) > 40
-    # Joining as a node takes a join token instead, in its body (routes_node_join.py).
+    # Joining as a node takes a join token instead, in its body (cluster/routes_node_join.py).
     assert [r.path for r in routes if not _needs_token(r.dependant)] == ["/api/v1/nodes/join"]
 
 

@@ -11,7 +11,6 @@ import pytest
 from opentelemetry import trace
 
 from services.api.app import create_app
-from services.api.repository import ApiRepository
 from services.api.settings import Settings
 from shared.db.pool import Database
 from shared.service import Health
@@ -33,7 +32,7 @@ async def test_a_submit_continues_the_callers_trace_and_the_job_keeps_it(
     db: Database, admin_token: str, exporter: str
 ) -> None:
     settings = Settings(common=CommonSettings(telemetry=TelemetrySettings(exporter=exporter)))
-    app = create_app(ApiRepository(db), Health("api", {"postgres": db.ping}), settings)
+    app = create_app(db, Health("api", {"postgres": db.ping}), settings)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
         base_url="http://corral.test",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import httpx
 
-from services.api.auth import hash_token
-from services.api.repository import ApiRepository
-from services.monitor.repository import register_nodes
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
+from services.monitor.registration import register_nodes
 from shared.db.pool import Database
 from shared.events.nodes import GpuSample, NodeTelemetryData
 
@@ -57,7 +57,7 @@ async def test_an_admin_creates_and_resizes_a_vc_and_everyone_sees_it(
     resized = await client.put("/api/v1/virtual-clusters/vision", json={"quota": {"H100": 8}})
     assert resized.status_code == 200
     assert (resized.json()["quota"], resized.json()["max_gpus_per_user"]) == ({"H100": 8}, None)
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     async with httpx.AsyncClient(
         transport=client._transport, base_url=client.base_url, headers={"Authorization": "Bearer crl_alice"}
     ) as alice:
@@ -96,7 +96,7 @@ async def test_a_vc_is_deleted_only_when_empty(client: httpx.AsyncClient, db: Da
     await client.post(f"/api/v1/jobs/{job['id']}/cancel")
     assert (await client.delete("/api/v1/virtual-clusters/tmp")).status_code == 204
     assert (await client.get("/api/v1/virtual-clusters/tmp")).status_code == 404
-    assert (await client.delete("/api/v1/virtual-clusters/default")).status_code == 422
+    assert (await client.delete("/api/v1/virtual-clusters/default")).status_code == 409
 
 
 async def test_bad_vc_definitions_are_refused_and_change_nothing(

@@ -18,22 +18,24 @@ import pytest
 from standardwebhooks import Webhook
 
 from corral import cli
-from services.api import webhook_fanin
-from services.api.auth import hash_token
-from services.api.event_hub import EventHub
-from services.api.event_scope import Scopes
+from services.api.events.hub import EventHub
+from services.api.events.repository import EventRepository
+from services.api.events.scope import Scopes
 from services.api.integrations import run_integrations
-from services.api.repository import ApiRepository
 from services.api.settings import ApiSettings
-from services.api.webhook_fanin import WebhookFanIn
+from services.api.tenants.auth import hash_token, upsert_token
+from services.api.tenants.repository import TenantRepository
+from services.api.webhooks import fan_in as webhook_fanin
+from services.api.webhooks.fan_in import WebhookFanIn
+from services.api.webhooks.repository import WebhookRepository
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.deadletters import PostgresDeadLetters
 from shared.events import JobFailed, JobSucceeded
 from shared.events.jobs import JobEndedData
-from tests.api.conftest import Api
 from tests.api.test_events_api import _job, publish, running, submitted
-from tests.receivers import Receivers
+from tests.fixtures.api import Api
+from tests.fixtures.receivers import Receivers
 
 SETTINGS = ApiSettings(webhook_retry_delays_s=(0.4, 1.2), webhook_timeout_s=2.0)
 
@@ -41,7 +43,7 @@ SETTINGS = ApiSettings(webhook_retry_delays_s=(0.4, 1.2), webhook_timeout_s=2.0)
 @pytest.fixture
 async def delivering(db: Database, bus: NatsBus, client: httpx.AsyncClient) -> AsyncIterator[None]:
     """The API's integrator loops (hub, fan-in consumers, delivery) on the test's app."""
-    hub = EventHub(bus.js, Scopes(db))
+    hub = EventHub(bus.js, Scopes(EventRepository(db)))
     state = client._transport.app.state  # type: ignore[attr-defined]
     loops = run_integrations(
         db, bus, PostgresDeadLetters(db), SETTINGS, hub, state.webhook_wake, state.webhooks_added
@@ -132,6 +134,7 @@ async def test_deliveries_are_signed_so_standardwebhooks_verifies_them_also_duri
     assert len(receivers.raw) == 2  # nothing for job.submitted
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("delivering")
 async def test_a_500_is_retried_with_growing_delays_then_delivered_and_logged(
     client: httpx.AsyncClient, bus: NatsBus, db: Database, receivers: Receivers
@@ -204,7 +207,9 @@ async def test_an_event_delivered_twice_to_the_fan_in_is_queued_once(
 ) -> None:
     hook = await _create(client, "http://127.0.0.1:9/unused", "corral.job.failed.v1")
     job = await _job(db, "admin")
-    fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())
+    fan_in = WebhookFanIn(
+        WebhookRepository(db), Scopes(EventRepository(db)), asyncio.Event(), asyncio.Event()
+    )
     event = failed(job)
     await fan_in.handle(event)
     await fan_in.handle(event)  # a redelivery from JetStream
@@ -217,8 +222,10 @@ async def test_the_fan_in_remembers_there_is_no_webhook_for_a_second_unless_one_
     monkeypatch.setattr(webhook_fanin, "NO_WEBHOOKS_RECHECK_S", 0.5)
     job = await _job(db, "admin")
     added_here: asyncio.Event = client._transport.app.state.webhooks_added  # type: ignore[attr-defined]
-    here = WebhookFanIn(db, Scopes(db), asyncio.Event(), added_here)
-    elsewhere = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())  # another API process
+    here = WebhookFanIn(WebhookRepository(db), Scopes(EventRepository(db)), asyncio.Event(), added_here)
+    elsewhere = WebhookFanIn(
+        WebhookRepository(db), Scopes(EventRepository(db)), asyncio.Event(), asyncio.Event()
+    )  # another API process
     for fan_in in (here, elsewhere):
         await fan_in.handle(failed(job))  # nothing subscribed: "none" is remembered
     hook = await _create(client, "http://127.0.0.1:9/unused", "corral.job.failed.v1")
@@ -280,7 +287,7 @@ async def test_a_user_sees_and_receives_only_their_own(
     client: httpx.AsyncClient, db: Database, bus: NatsBus, receivers: Receivers
 ) -> None:
     admins = await _create(client, receivers.url("admin"), "corral.job.*")
-    await ApiRepository(db).upsert_token("tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
+    await upsert_token(TenantRepository(db), "tok-alice", "alice", hash_token("crl_alice"), "user", "alice")
     async with httpx.AsyncClient(
         transport=client._transport, base_url=client.base_url, headers={"Authorization": "Bearer crl_alice"}
     ) as alice:
@@ -303,7 +310,9 @@ async def test_a_user_sees_and_receives_only_their_own(
         listed = (await client.get("/api/v1/webhooks")).json()["items"]
         assert {w["id"] for w in listed} == {admins["id"], mine["id"]}  # an admin sees every one
 
-        fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())
+        fan_in = WebhookFanIn(
+            WebhookRepository(db), Scopes(EventRepository(db)), asyncio.Event(), asyncio.Event()
+        )
         alices, bobs = await _job(db, "alice"), await _job(db, "bob")
         for event in (running(alices), running(bobs), succeeded(alices)):
             await fan_in.handle(event)
@@ -345,6 +354,7 @@ async def test_corral_webhook_commands(
     assert (code, out.strip()) == (0, f"webhook {hook_id} deleted")
 
 
+@pytest.mark.slow
 async def test_with_no_webhook_the_fan_in_takes_nothing_and_resumes_from_when_it_last_saw_none(
     client: httpx.AsyncClient, bus: NatsBus, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -354,7 +364,9 @@ async def test_with_no_webhook_the_fan_in_takes_nothing_and_resumes_from_when_it
     monkeypatch.setattr(webhook_fanin, "NO_WEBHOOKS_RECHECK_S", 0.2)
     monkeypatch.setattr(webhook_fanin, "RESUME_MARGIN_S", 0.1)
     [config] = [c for c in webhook_fanin.WEBHOOK_CONSUMERS if c.stream == "CORRAL_JOBS"]
-    fan_in = WebhookFanIn(db, Scopes(db), asyncio.Event(), asyncio.Event())  # not told of creations
+    fan_in = WebhookFanIn(
+        WebhookRepository(db), Scopes(EventRepository(db)), asyncio.Event(), asyncio.Event()
+    )  # not told of creations
     task = asyncio.create_task(webhook_fanin.run_fan_in(bus, config, fan_in, PostgresDeadLetters(db)))
     try:
         await asyncio.sleep(0.3)  # the durable exists

@@ -15,6 +15,7 @@ from bench.api import percentile
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_a_small_run_prints_one_json_line_with_both_figures() -> None:
     command = [sys.executable, "-m", "bench.api", "--submits", "60", "--warmup", "10", "--concurrency", "4"]

@@ -32,6 +32,7 @@ BROKEN_PROMISES = (
 )
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(170)
 def test_a_short_chaos_run_hits_every_kind_of_fault_and_loses_nothing() -> None:
     command = [sys.executable, "-m", "bench.chaos", "--jobs", "20", "--minutes", "1.75", "--seed", "7"]

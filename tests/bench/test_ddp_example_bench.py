@@ -13,6 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.timeout(240)
 def test_two_short_runs_succeed_and_print_one_json_line() -> None:

@@ -13,6 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.timeout(240)
 def test_a_small_run_with_statements_prints_them_and_one_json_line() -> None:

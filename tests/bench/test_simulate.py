@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim_engine import simulate
+from bench.sim.engine import simulate
+from bench.sim.traces import TraceError, TraceJob, load_trace
 from bench.simulate import main, percentile, summarize
-from bench.traces import TraceError, TraceJob, load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {

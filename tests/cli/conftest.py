@@ -1,5 +1,6 @@
-"""The CLI against the real API on a real port (``tests/api/conftest.py``'s ``api``), and
-against a whole stack of real processes for ``submit --wait`` (``tests/e2e``'s ``stack``)."""
+"""The CLI against the real API on a real port (``api``, ``tests/fixtures/api.py``), and
+against a whole stack of real processes for ``submit --wait`` (``stack``,
+``tests/fixtures/stack.py``)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,14 @@ from typing import Any
 import pytest
 
 from corral import cli
-from tests.api.conftest import Api, admin_token, api  # noqa: F401  # fixtures for this directory
-from tests.e2e.conftest import stack  # noqa: F401
+from tests.fixtures.api import Api
 
 Corral = Callable[..., Coroutine[Any, Any, tuple[int, str, str]]]
 
 
 @pytest.fixture
 def corral(
-    api: Api,  # noqa: F811  # the fixture imported above, as a parameter
+    api: Api,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,

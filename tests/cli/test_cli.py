@@ -13,9 +13,9 @@ import pytest
 
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
-from tests.api.conftest import Api
 from tests.api.test_events_api import _job, _subscribed, publish, running, submitted
 from tests.cli.conftest import Corral
+from tests.fixtures.api import Api
 
 
 async def test_jobs_commands_print_json_that_parses_and_tables_for_people(
@@ -65,6 +65,7 @@ async def test_jobs_commands_print_json_that_parses_and_tables_for_people(
     assert json.loads(out)["supervised"] == []
 
 
+@pytest.mark.slow
 async def test_exit_codes_scripts_can_rely_on(
     corral: Corral, api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,11 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.stack import Stack, corral
-
-pytestmark = pytest.mark.e2e
 
 
 async def test_submit_wait_exits_by_how_the_job_ended(stack: Stack, tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from tests.api.conftest import Api
 from tests.cli.conftest import Corral
+from tests.fixtures.api import Api
 
 
 async def test_an_admin_manages_users_groups_and_tokens(corral: Corral, api: Api) -> None:

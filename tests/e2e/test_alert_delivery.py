@@ -10,7 +10,7 @@ from collections.abc import Callable
 import asyncpg
 
 from tests.e2e.stack import Stack, corral, submit, wait_state
-from tests.receivers import Receivers
+from tests.fixtures.receivers import Receivers
 
 
 async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:

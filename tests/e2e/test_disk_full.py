@@ -43,8 +43,8 @@ DISK_MB = 160
 REFUSED_WITHIN = 200
 SPACE_RETURNS_WITHIN_S = 30.0
 SPEC = {"name": "after-space", "tasks": [{"name": "main", "command": "echo resumed"}]}
-DISK_FULL = "https://corral.dev/problems/disk-full"
-UNAVAILABLE = "https://corral.dev/problems/unavailable"
+DISK_FULL = "/docs/problems/disk-full"
+UNAVAILABLE = "/docs/problems/unavailable"
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,10 @@ from shared.bus.nats import NatsBus
 from shared.bus.streams import JOBS
 from shared.settings import NatsSettings
 from tests.e2e.stack import HOLD, Stack, submit, wait_state
+
+# The consumers that could launch a task twice: the launcher's (an attempt for each
+# job.scheduled) and the node agent's (a process for each task.assigned).
+LAUNCHING_CONSUMERS = ("launcher", "agent-local")
 
 
 async def _attempt_count(database_url: str, job_id: str) -> int:
@@ -130,19 +135,40 @@ async def test_redelivered_events_launch_nothing_twice(
                     break
                 if job_id.encode() in msg.data:
                     originals.append((msg.subject, msg.data))
+            delivered = {durable: await _delivered(bus, durable) for durable in LAUNCHING_CONSUMERS}
             for subject, data in originals:
                 await bus.publish(subject, data, msg_id=str(uuid.uuid4()))
+            assert len(originals) >= 7
+            await _wait_handled(bus, delivered)
         finally:
             await sub.unsubscribe()
             await bus.close()
-        replayed = len(originals)
-        assert replayed >= 7
-        await asyncio.sleep(2.0)
 
         job = (await http.get(f"/api/v1/jobs/{job_id}")).json()
         assert job["state"] == "SUCCEEDED"
         assert (await http.get(f"/api/v1/jobs/{job_id}/logs")).text == "once\n"
     assert await _attempt_count(database_url, job_id) == 1
+
+
+async def _delivered(bus: NatsBus, durable: str) -> int:
+    return int((await bus.js.consumer_info(JOBS.name, durable)).delivered.consumer_seq)
+
+
+async def _wait_handled(bus: NatsBus, delivered: dict[str, int], timeout_s: float = 30.0) -> None:
+    """Until each consumer has been delivered more than ``delivered`` says (the replays
+    reached it), has nothing left to deliver, and has acked all it was given: a consumer
+    acks once its handler has run to the end, so the replays' effects are all in."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        busy = {}
+        for durable, before in delivered.items():
+            info = await bus.js.consumer_info(JOBS.name, durable)
+            if info.delivered.consumer_seq <= before or info.num_pending or info.num_ack_pending:
+                busy[durable] = (info.delivered.consumer_seq - before, info.num_pending, info.num_ack_pending)
+        if not busy:
+            return
+        assert time.monotonic() < deadline, f"replays not handled (new deliveries, pending, unacked): {busy}"
+        await asyncio.sleep(0.1)
 
 
 async def test_a_poison_message_is_dead_lettered_and_work_goes_on(

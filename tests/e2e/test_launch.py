@@ -191,7 +191,7 @@ async def test_logs_can_be_followed_while_the_task_runs_and_survive_it(stack: St
 async def test_a_preempted_job_stops_with_its_grace_period_and_is_requeued_uncounted(
     stack: Stack, database_url: str
 ) -> None:
-    # The decision is the scheduler's (its policy picks victims: the scheduler issue);
+    # The decision is the scheduler's (its policy picks victims: victims.py);
     # here it is taken through the scheduler's own function, and the rest is real.
     command = f"trap 'echo got SIGTERM; exit 143' TERM; echo \"attempt $CORRAL_ATTEMPT\"; {HOLD}"
     async with stack.client() as http:

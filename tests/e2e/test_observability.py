@@ -2,7 +2,7 @@
 
 The stack exports its spans over OTLP (the SDK's own exporter, configured by the
 standard ``OTEL_*`` variables) to a real OTLP/HTTP receiver in the test
-(``tests/otlp_collector.py``); logs are JSON. One job then shows:
+(``tests/fixtures/otlp_collector.py``); logs are JSON. One job then shows:
 
 - its submit → schedule → launch → exit as one connected trace, across the API,
   scheduler, launcher and node agent, through NATS headers and the outbox;
@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.stack import Stack, submit, wait_state
-from tests.otlp_collector import CollectedSpan, OtlpCollector, otlp_collector  # noqa: F401
+from tests.fixtures.otlp_collector import CollectedSpan, OtlpCollector
 
 SUBMIT_SPAN = "POST /api/v1/jobs"
 
@@ -33,7 +33,7 @@ async def traced_stack(
     database_url: str,
     nats_url: str,
     tmp_path: Path,
-    otlp_collector: OtlpCollector,  # noqa: F811
+    otlp_collector: OtlpCollector,
 ) -> AsyncIterator[Stack]:
     env = {
         "CORRAL_DATABASE_URL": database_url,
@@ -62,7 +62,7 @@ async def wait_for_span(
 
 async def test_one_job_is_one_connected_trace_with_metrics_and_logs(
     traced_stack: Stack,
-    otlp_collector: OtlpCollector,  # noqa: F811
+    otlp_collector: OtlpCollector,
 ) -> None:
     async with traced_stack.client() as http:
         job_id = await submit(http, "echo traced")
@@ -180,6 +180,18 @@ def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls)
 
 
+def _per_gpu(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str
+) -> dict[str, tuple[str, float]]:
+    """``name``'s sample of each GPU, by its UUID: its ``simulated`` label and its value."""
+    per_gpu = {}
+    for (n, ls), v in samples.items():
+        if n == name:
+            labels = dict(ls)
+            per_gpu[labels["UUID"]] = (labels["simulated"], v)
+    return per_gpu
+
+
 async def _check_metrics(stack: Stack, api_metrics: str, classification: str) -> None:
     api = _samples(api_metrics)
     assert _value(api, "corral_http_requests_total", route="/api/v1/jobs", method="POST", status="201") == 1
@@ -207,8 +219,13 @@ async def _check_metrics(stack: Stack, api_metrics: str, classification: str) ->
     for event_type in ("job.submitted", "job.scheduled", "task.started", "job.running", "job.succeeded"):
         assert sum(_value(m, "corral_events_published_total", type=event_type) for m in everyone) >= 1
     assert _value(agent, "corral_events_consumed_total", outcome="acked") >= 1
-    # The monitor's scrape is the cluster's GPUs plus its own process metrics.
-    assert _value(scraped["monitor"], "DCGM_FI_DEV_GPU_UTIL") >= 0
+    # The monitor's scrape is the cluster's GPUs plus its own process metrics: a reading
+    # of every GPU the API lists, from simulated GPUs, which read 0 % (idle) when no
+    # fault script makes them busy, whatever runs on them.
+    async with stack.client() as http:
+        gpus = [gpu["uuid"] for gpu in (await http.get("/api/v1/gpus")).json()["items"]]
+    assert len(gpus) == 8  # `make up`'s one node and its default of 8 simulated GPUs
+    assert _per_gpu(scraped["monitor"], "DCGM_FI_DEV_GPU_UTIL") == dict.fromkeys(gpus, ("true", 0.0))
     assert ("corral_outbox_unsent_events", frozenset()) in scraped["monitor"]
     assert ("corral_outbox_unsent_events", frozenset()) in scraped["alerter"]
     assert sum(_value(m, "corral_outbox_lag_seconds_count") for m in everyone) >= 5

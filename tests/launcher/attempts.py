@@ -3,7 +3,8 @@ launcher would leave them, for tests of what runs attempts (node agent, Kubernet
 
 from __future__ import annotations
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from shared.db.pool import Database
 from shared.ids import new_attempt_id
 from shared.jobs import JobSpec
@@ -42,7 +43,7 @@ async def assigned(
             ],
         }
     )
-    job_id = (await ApiRepository(db).submit_job(spec, "alice", None))["id"]
+    job_id = (await Submitter(JobRepository(db)).submit(spec, "alice", None)).job.id
     await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
     attempts: list[str] = []
     for index in range(instances):

@@ -30,10 +30,9 @@ async def _ended(db: Database, attempt_id: str) -> dict[str, object]:
 async def test_a_preemption_seen_by_the_reconcile_loop_first_is_still_transient(
     db: Database, tmp_path: Path
 ) -> None:
-    """The race behind a once-flaky e2e test: the agent's reconcile loop found the stop
-    request in Postgres before the request's event arrived, stopped the task without the
-    request's platform condition, and its end was classified `unknown` (counted as a
-    retry) instead of `transient`."""
+    """The race: the agent's reconcile loop finds the stop request in Postgres before the
+    request's event arrives. The task must still stop with the request's platform
+    condition, its end classified `transient`, not `unknown` (which counts as a retry)."""
     await attempts.known_nodes(db, NODE)
     (attempt_id,) = await attempts.assigned(db, NODE, instances=1, command="sleep 30")
     async with asyncio.TaskGroup() as tg:

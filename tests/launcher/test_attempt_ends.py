@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from services.launcher import reporting, repository
+from services.launcher import reconcile, reporting
 from services.launcher.agent.repository import NodeRepository
 from services.launcher.attempt_ends import AttemptEnds
 from services.launcher.reporting import exited_event
@@ -145,5 +145,5 @@ async def test_a_decision_that_fails_is_left_to_the_reconcile_loop(
                 await asyncio.sleep(0.02)
         assert ends.decided == 1  # tried, failed, logged: the listener lives on
     assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "RUNNING"
-    assert (await repository.reconcile(db))["jobs_decided"] == 1
+    assert (await reconcile.reconcile(db))["jobs_decided"] == 1
     assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "FAILED"

@@ -1,4 +1,4 @@
-"""A placement becomes attempts (``repository.create_attempts``), on real Postgres: one
+"""A placement becomes attempts (``attempts.create_attempts``), on real Postgres: one
 ASSIGNED attempt per placed instance with its ``task.assigned``, ports no live attempt on
 the node holds, and nothing twice for a redelivered ``job.scheduled``."""
 
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
-from services.api.repository import ApiRepository
-from services.launcher.repository import PORT_RANGE, create_attempts
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
+from services.launcher.attempts import PORT_RANGE, create_attempts
 from shared.db.pool import Database
 from shared.jobs import JobSpec
 from tests.launcher import attempts
@@ -25,7 +26,7 @@ async def _scheduled_gang(db: Database) -> str:
             ],
         }
     )
-    job_id: str = (await ApiRepository(db).submit_job(spec, "alice", None))["id"]
+    job_id: str = (await Submitter(JobRepository(db)).submit(spec, "alice", None)).job.id
     await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
     for index in range(2):
         await db.execute(

@@ -1,7 +1,7 @@
 """Pod logs through Corral's API: the Kubernetes runner (real Postgres, the FAKE API
 server of tests/launcher/fake_kube_api.py) appends each running pod's log to its
 attempt's log file as it comes, the launcher answers for it on the pod node's
-``corral.logs.<node>`` (real NATS), the API's log follower (services/api/logs.py, as
+``corral.logs.<node>`` (real NATS), the API's log follower (services/api/jobs/logs.py, as
 ``GET /api/v1/jobs/{id}/logs?follow=true`` uses it) serves it while the pod runs and
 stops only after the last line, and a runner that restarts resumes every file where it
 ends — no line twice, none left out — even for a pod that ended while no runner ran."""
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from services.api.logs import AttemptLog
-from services.api.repository import ApiRepository
+from services.api.jobs.logs import AttemptLog
+from services.api.jobs.repository import JobRepository
 from services.launcher.kubernetes.driver import KubernetesDriver
 from services.launcher.kubernetes.log_files import cursor_path, whole_seconds
 from services.launcher.kubernetes.names import pod_name
@@ -114,7 +114,7 @@ async def test_the_api_follows_a_pods_log_as_it_comes_until_its_last_line(
         await until(lambda: contents(path) == b"step 1\n", "the first line in the file")
 
         received: list[bytes] = []
-        repo = ApiRepository(db)
+        repo = JobRepository(db)
         row = await repo.attempt_for_logs(job_id, "worker", 0, None)
         assert row is not None
 

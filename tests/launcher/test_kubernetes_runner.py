@@ -182,6 +182,7 @@ async def test_reconcile_starts_missed_assignments_reports_vanished_pods_and_rem
     assert ("pod", pod_name(missed), 0) in kube.deletions
 
 
+@pytest.mark.slow
 async def test_the_launcher_service_runs_tasks_as_pods_when_told_to(
     db: Database, database_url: str, nats_url: str, kube: FakeKubeApi, tmp_path: Path
 ) -> None:

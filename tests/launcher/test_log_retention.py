@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from services.api.logs import AttemptLog
-from services.api.repository import ApiRepository
+from services.api.jobs.logs import AttemptLog
+from services.api.jobs.repository import JobRepository
 from services.launcher.log_retention import LogRetention
 from services.launcher.task_logs import LogServer, attempt_log_path
 from shared.bus.nats import NatsBus
@@ -116,7 +116,7 @@ async def test_the_api_says_a_log_was_removed_after_the_nodes_retention(
     job_id, (attempt_id,) = await job_with_attempts(db, "SUCCEEDED", LONG_AGO_H)
     await db.execute("UPDATE launcher.attempts SET log_path = 'recorded' WHERE id = $1", attempt_id)
     write_log(tmp_path, job_id, 0)
-    repo = ApiRepository(db)
+    repo = JobRepository(db)
     row = await repo.attempt_for_logs(job_id, "worker", 0, None)
     assert row is not None
 

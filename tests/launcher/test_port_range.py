@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.launcher.repository import PORT_RANGE
+from services.launcher.attempts import PORT_RANGE
 
 KUBERNETES_NODE_PORTS = range(30000, 32768)  # kube-apiserver's default --service-node-port-range
 

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 from prometheus_client import REGISTRY
 
-from services.launcher import reporting, repository
+from services.launcher import reconcile, reporting
 from services.launcher.reporting import report_end, report_started
 from shared.db.pool import Database
 from tests.launcher import attempts
@@ -152,7 +152,7 @@ async def test_a_decision_that_fails_is_left_to_the_launchers_reconcile_loop(
     assert await db.fetchval("SELECT state FROM launcher.attempts WHERE id = $1", attempt_id) == "EXITED"
     assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "RUNNING"
 
-    repaired = await repository.reconcile(db)
+    repaired = await reconcile.reconcile(db)
     assert repaired["jobs_decided"] == 1
     job = await db.fetchrow("SELECT state, exit_code FROM api.jobs WHERE id = $1", job_id)
     assert job is not None

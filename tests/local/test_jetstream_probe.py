@@ -30,6 +30,7 @@ def disk() -> Iterator[Path]:
         yield path
 
 
+@pytest.mark.slow
 def test_the_probe_fails_on_a_full_store_until_nats_is_restarted(disk: Path, tmp_path: Path) -> None:
     server = LocalNats(disk / "nats", free_port())
     server.start(log_file=tmp_path / "nats.log")

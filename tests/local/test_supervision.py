@@ -10,7 +10,7 @@ from pathlib import Path
 
 from corral.local.supervised import ManagedService, describe_exit, group_members, kill_process_group
 from corral.local.supervisor_state import write_state
-from services.api.routes_services import supervised_processes
+from services.api.cluster.routes_services import supervised_processes
 
 
 def test_an_exit_is_told_by_its_code_or_the_signal_that_killed_it() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from services.monitor.health import default_rules
 from services.monitor.ingest import REGISTER_PER_FLUSH, HeartbeatIngest
-from services.monitor.repository import mark_silent_nodes_unreachable
+from services.monitor.liveness import mark_silent_nodes_unreachable
 from services.monitor.settings import MonitorSettings
 from shared.db.pool import Database
 from shared.events import NodeTelemetry

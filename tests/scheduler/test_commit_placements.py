@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
+from services.scheduler.decisions import commit_decisions
 from services.scheduler.planner import plan
-from services.scheduler.repository import commit_decisions, load_snapshot
+from services.scheduler.snapshot import load_snapshot
 from shared.db.pool import Database
 from shared.jobs import JobSpec
 from tests.scheduler.test_queue_order import _ready_node
@@ -22,10 +24,10 @@ def _spec(gpus: int) -> JobSpec:
 
 async def test_placements_commit_together_and_a_job_changed_since_the_read_gets_nothing(db: Database) -> None:
     await _ready_node(db, gpus=8)
-    api = ApiRepository(db)
-    kept = (await api.submit_job(_spec(1), "alice", None))["id"]
-    cancelled = (await api.submit_job(_spec(2), "bob", None))["id"]
-    third = (await api.submit_job(_spec(1), "carol", None))["id"]
+    api = Submitter(JobRepository(db))
+    kept = (await api.submit(_spec(1), "alice", None)).job.id
+    cancelled = (await api.submit(_spec(2), "bob", None)).job.id
+    third = (await api.submit(_spec(1), "carol", None)).job.id
     async with db.transaction() as conn:
         snapshot = await load_snapshot(conn, 10)
         decisions = plan(snapshot.pending, snapshot.nodes).decisions

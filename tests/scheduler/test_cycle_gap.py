@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from services.scheduler.cycle import Cycle
 from services.scheduler.leader import Leadership
 
@@ -20,6 +22,7 @@ async def _until_cycles(cycle: Cycle, count: int, timeout_s: float = 10.0) -> No
         await asyncio.sleep(0.01)
 
 
+@pytest.mark.slow
 async def test_a_cycle_woken_within_the_gap_waits_it_out_and_one_woken_after_it_does_not(
     database_url: str,
 ) -> None:

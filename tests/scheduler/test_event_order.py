@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from services.scheduler.cycle import Cycle
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
@@ -45,7 +46,7 @@ async def test_a_job_placed_moments_after_its_submit_is_announced_first(
         await asyncio.sleep(0.3)  # its first (full) pass is over, and it listens
         # Submitted outside the relay's context: its event stays unsent (no relay hears
         # the API's channel), as if the API had not published it yet.
-        await ApiRepository(db).submit_job(SPEC, "alice", None)
+        await Submitter(JobRepository(db)).submit(SPEC, "alice", None)
         with publishing_on_commit(relay):
             assert await cycle.run_once() == 1
         assert await _subjects(bus, 2) == ["corral.job.submitted", "corral.job.scheduled"]
@@ -64,8 +65,8 @@ async def test_a_job_placed_moments_after_its_submit_is_announced_first(
 async def test_a_job_that_waited_is_announced_on_commit(db: Database, bus: NatsBus, cycle: Cycle) -> None:
     """Its submit's event left long ago: its decision does not wait for a relay pass."""
     await _ready_node(db, gpus=1)
-    job = await ApiRepository(db).submit_job(SPEC, "alice", None)
-    await db.execute("UPDATE api.jobs SET created_at = now() - interval '1 minute' WHERE id = $1", job["id"])
+    job = (await Submitter(JobRepository(db)).submit(SPEC, "alice", None)).job
+    await db.execute("UPDATE api.jobs SET created_at = now() - interval '1 minute' WHERE id = $1", job.id)
     await OutboxRelay(db, bus).relay_pending()  # job.submitted, published
     relay = OutboxRelay(db, bus, source="corral/scheduler", poll_interval_s=30)
     notifications: list[object] = []

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from bench.sim_engine import Finished, simulate
-from bench.traces import TraceJob
+from bench.sim.engine import Finished, simulate
+from bench.sim.traces import TraceJob
 from services.scheduler.model import NodeCapacity, PendingJob, PlanSettings, RunningJob
 from services.scheduler.planner import plan
 from tests.scheduler.test_planner import VCS, job, node, running
@@ -167,6 +167,7 @@ def fragmented(draw: st.DrawFn) -> tuple[list[NodeCapacity], list[RunningJob], P
     return nodes, jobs, asking
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(case=fragmented())
 def test_a_move_only_takes_what_it_may_and_makes_room_where_the_moved_jobs_fit(

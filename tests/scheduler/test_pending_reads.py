@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from services.scheduler.model import TaskDemand
-from services.scheduler.repository import PendingJobs
+from services.scheduler.snapshot import PendingJobs
 from shared.db.pool import Database
 from shared.jobs import JobSpec
 
 
-async def _submit(repo: ApiRepository, gpus: int, **extra: object) -> str:
+async def _submit(repo: Submitter, gpus: int, **extra: object) -> str:
     spec = JobSpec.model_validate(
         {"name": "t", "tasks": [{"name": "main", "command": "x", "resources": {"gpus": gpus}}], **extra}
     )
-    return str((await repo.submit_job(spec, "alice", None))["id"])
+    return str((await repo.submit(spec, "alice", None)).job.id)
 
 
 async def test_a_jobs_demands_are_read_once_and_its_progress_every_time(db: Database) -> None:
-    repo = ApiRepository(db)
+    repo = Submitter(JobRepository(db))
     first = await _submit(repo, 2, max_runtime_s=600, priority=5)
     known = PendingJobs()
     async with db.transaction() as conn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +119,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     return Scenario(nodes, running, pending, vcs)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(scenario=scenarios())
 def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> None:
@@ -193,6 +195,7 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
     assert [w.position for w in result.waiting] == list(range(1, len(waiting) + 1))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(scenario=scenarios())
 def test_the_cycles_shortcuts_agree_with_their_plain_definitions(scenario: Scenario) -> None:

@@ -7,17 +7,18 @@ and a node agent would leave it.
 
 from __future__ import annotations
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from services.scheduler.cycle import Cycle
 from shared.db.pool import Database
 from shared.jobs import JobSpec
 
 
-async def _submit(repo: ApiRepository, gpus: int) -> str:
+async def _submit(repo: Submitter, gpus: int) -> str:
     spec = JobSpec.model_validate(
         {"name": "train", "tasks": [{"name": "main", "command": "x", "resources": {"gpus": gpus}}]}
     )
-    return str((await repo.submit_job(spec, "alice", None))["id"])
+    return str((await repo.submit(spec, "alice", None)).job.id)
 
 
 async def _ready_node(db: Database, gpus: int) -> None:
@@ -51,7 +52,7 @@ async def _standing(db: Database) -> dict[str, tuple[int, str, object]]:
 
 async def test_positions_move_up_without_rewriting_the_reasons_behind(db: Database, cycle: Cycle) -> None:
     await _ready_node(db, gpus=2)
-    repo = ApiRepository(db)
+    repo = Submitter(JobRepository(db))
     first = await _submit(repo, 2)  # takes the node
     waiting = [await _submit(repo, 2) for _ in range(4)]
     assert await cycle.run_once() == 1
@@ -92,7 +93,7 @@ async def test_a_leader_forgets_the_reasons_of_jobs_gone_and_a_new_one_every_sta
     committed, not the whole queue anti-joined; a new leader, which does not know what
     the last one wrote, deletes every row of a job that is not waiting."""
     await _ready_node(db, gpus=2)
-    repo = ApiRepository(db)
+    repo = Submitter(JobRepository(db))
     first = await _submit(repo, 2)
     waiting = [await _submit(repo, 2) for _ in range(3)]
     assert await cycle.run_once() == 1

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from services.api.repository import ApiRepository
+from services.api.jobs.repository import JobRepository
+from services.api.jobs.submission import Submitter
 from services.launcher.repository import SQL as LAUNCHER_SQL
 from services.monitor.exporter.simulated import SimulatedGpus
 from services.monitor.health import default_rules
@@ -14,7 +15,7 @@ from services.monitor.ingest import HeartbeatIngest
 from services.monitor.settings import MonitorSettings
 from services.scheduler.model import PendingJob, TaskDemand
 from services.scheduler.planner import plan
-from services.scheduler.repository import load_snapshot
+from services.scheduler.snapshot import load_snapshot
 from shared.db.pool import Database
 from shared.events import NodeTelemetry
 from shared.events.nodes import NodeTelemetryData
@@ -93,14 +94,14 @@ async def test_cpus_and_memory_in_use_are_counted_from_the_placed_jobs_specs(db:
             ],
         }
     )
-    job_id = (await ApiRepository(db).submit_job(spec, "alice", None))["id"]
+    job_id = (await Submitter(JobRepository(db)).submit(spec, "alice", None)).job.id
     await db.execute("UPDATE api.jobs SET state = 'SCHEDULED', generation = 1 WHERE id = $1", job_id)
     await db.execute(
         "INSERT INTO scheduler.allocations (job_id, generation, task_role, task_index, node_id, gpu_indices)"
         " VALUES ($1, 1, 'w', 0, 'n1', '{0}')",
         job_id,
     )
-    await ApiRepository(db).submit_job(spec, "bob", None)  # the same demands, still pending
+    await Submitter(JobRepository(db)).submit(spec, "bob", None)  # the same demands, still pending
 
     async with db.transaction() as conn:
         snapshot = await load_snapshot(conn, 10, release=False)

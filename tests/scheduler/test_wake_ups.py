@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.scheduler.handlers import WAKING_SUBJECTS
+from services.scheduler.wakeups import WAKING_SUBJECTS
 from shared.bus.nats import NatsBus
 from shared.bus.streams import JOBS
 

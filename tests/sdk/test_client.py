@@ -13,7 +13,7 @@ from services.launcher.task_logs import LogServer, attempt_log_path
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from shared.node_logs import LOGS_QUEUE, logs_subject
-from tests.api.conftest import Api
+from tests.fixtures.api import Api
 
 SPEC = {"name": "hello", "tasks": [{"name": "main", "command": "echo hi", "resources": {"gpus": 1}}]}
 

@@ -13,8 +13,8 @@ from corral.sdk import AsyncClient, Client
 from corral.sdk.models import Event
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
-from tests.api.conftest import Api
 from tests.api.test_events_api import _job, _subscribed, drained, publish, running, started, submitted
+from tests.fixtures.api import Api
 
 
 class CuttableProxy:

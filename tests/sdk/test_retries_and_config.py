@@ -35,7 +35,7 @@ JOB = {
     "updated_at": "2026-11-22T14:08:24Z",
 }
 UNAVAILABLE = {
-    "type": "https://corral.dev/problems/unavailable",
+    "type": "/docs/problems/unavailable",
     "title": "Service unavailable",
     "status": 503,
     "detail": "Corral's database is not reachable right now",

@@ -151,6 +151,7 @@ async def test_permanent_error_is_dead_lettered_once(any_bus: Bus) -> None:
     assert [r[1] for r in sink.records] == ["permanent error: spec refers to a deleted virtual cluster"]
 
 
+@pytest.mark.slow
 async def test_a_crashing_handler_is_retried_then_dead_lettered(any_bus: Bus) -> None:
     config = ConsumerConfig(
         stream=JOBS.name, durable="crashy", filter_subjects=("corral.job.submitted.>",), max_deliver=3
@@ -198,13 +199,13 @@ async def test_a_durable_consumer_resumes_where_it_stopped(any_bus: Bus) -> None
     assert [d.subject for d in deliveries] == ["corral.job.submitted.job-2"]
 
 
+@pytest.mark.slow
 async def test_an_idle_consumer_gets_each_message_as_it_comes(any_bus: Bus) -> None:
-    """Not when an earlier fetch's request expires. The sequence is the one seen on an
-    idle stack (a fetch that timed out, then messages 300 and 30 ms into the next
-    fetches): nats-py left a batch request behind, the server gave the next message to
-    it, and the fetch that got it waited for the rest of its batch until that request
-    expired (0.67 s here, in three rounds out of five, before NatsSubscription sized
-    its requests by the backlog)."""
+    """Not when an earlier fetch's request expires. The sequence is the one an idle
+    stack shows (a fetch that times out, then messages 300 and 30 ms into the next
+    fetches): nats-py leaves a batch request behind, the server gives the next message
+    to it, and a fetch that gets it waits for the rest of its batch until that request
+    expires, unless the subscription sizes its requests by the backlog."""
     subscription = await any_bus.subscribe(CONFIG)
     loop = asyncio.get_running_loop()
     sent = 0
@@ -313,7 +314,7 @@ async def test_a_durable_made_anew_from_a_start_time_gets_what_was_stored_since(
 async def test_a_durable_asked_for_again_from_another_start_goes_on_from_where_it_was(any_bus: Bus) -> None:
     """An API restarted after its webhook fan-in resumed from a time asks for that durable
     at "new" again: it keeps its place, and the events after it are still delivered
-    (NATS refuses to change a durable's start; the restarted API had crash-looped on it)."""
+    (NATS refuses to change a durable's start: an API that asked for that would crash-loop)."""
     config = ConsumerConfig(
         stream=JOBS.name, durable="made-from-a-time", filter_subjects=("corral.job.>",), deliver_all=False
     )

@@ -149,6 +149,7 @@ def pull(stream: str, durable: str) -> Callable[[Client], Awaitable[object]]:
     return lambda nc: nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}", b"1")
 
 
+@pytest.mark.slow
 async def test_a_connection_without_or_with_wrong_credentials_is_refused(
     secured: tuple[LocalNats, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -295,6 +296,7 @@ async def test_a_removed_user_is_disconnected_when_nats_reloads(secured: tuple[L
     )
 
 
+@pytest.mark.slow
 async def test_nats_beyond_loopback_speaks_only_tls_signed_by_the_ca_it_is_given(tmp_path: Path) -> None:
     """A CA made here (trustme): a client trusting it connects; one that does not, or
     that speaks plain NATS, is refused."""
@@ -370,6 +372,7 @@ def test_the_chart_values_admit_each_service_with_its_own_password(tmp_path: Pat
     assert (passwords / "api").read_text() == before
 
 
+@pytest.mark.slow
 async def test_only_the_admin_may_make_the_streams(secured: tuple[LocalNats, Path]) -> None:
     """`corral ensure-streams` as the admin works; a service may not change a stream (a
     stolen one cannot shorten the history integrators replay)."""
@@ -394,6 +397,7 @@ async def test_only_the_admin_may_make_the_streams(secured: tuple[LocalNats, Pat
     assert "permissions violation" in refusal
 
 
+@pytest.mark.slow
 async def test_a_node_finds_the_metrics_stream_gone_and_carries_on(secured: tuple[LocalNats, Path]) -> None:
     """After a NATS restart the in-memory metrics stream is gone until the monitor makes
     it again; a node's exporter starting meanwhile may not make it, and must not stop."""

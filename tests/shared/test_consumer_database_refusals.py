@@ -28,6 +28,7 @@ class RecordingSink:
         self.records.append((consumer, reason, delivery.data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sqlstate", ["53100", "57P02"], ids=["disk full", "another backend crashed"])
 async def test_a_write_postgres_refuses_is_retried_past_max_deliver_and_never_dead_lettered(
     db: Database, sqlstate: str

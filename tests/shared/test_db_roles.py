@@ -290,6 +290,7 @@ async def login_as(db: Database, url: str, role: str, tmp_path: Path) -> AsyncIt
         await db.execute(f"DROP ROLE {user}")
 
 
+@pytest.mark.slow
 async def test_a_wrong_password_is_said_and_tried_again_not_a_crash(
     db: Database, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

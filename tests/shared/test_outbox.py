@@ -183,7 +183,7 @@ async def test_the_poll_takes_a_row_whose_notify_never_came_once_it_is_a_poll_in
     db: Database, bus: NatsBus
 ) -> None:
     """Not sooner: younger rows are in flight with the relay their NOTIFY woke, and every
-    relay taking them on every poll had them all contending for the same partitions."""
+    relay taking them on every poll would have them all contending for the same partitions."""
     async with db.transaction() as conn:  # before any relay listens: its first pass takes it
         await append(conn, make_event("job-early"), aggregate="job-early")
     relay = OutboxRelay(db, bus, source="test", poll_interval_s=0.5)

@@ -51,6 +51,7 @@ async def _relay_until(relay: OutboxRelay, count: int, timeout_s: float = 30.0) 
             await asyncio.sleep(0.2)
 
 
+@pytest.mark.slow
 async def test_rows_wait_while_the_nats_store_is_full_and_go_out_once_in_order_after(
     db: Database, disk: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

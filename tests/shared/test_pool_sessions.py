@@ -47,7 +47,7 @@ def test_no_query_leaves_session_state_on_a_pooled_connection() -> None:
         for what, pattern in IN_PYTHON.items():
             if pattern.search(source) and what not in ALLOWED.get(relative, set()):
                 found.append(f"{relative}: {what}")
-    for path in sorted(ROOT.glob("services/*/sql/*.sql")):
+    for path in sorted(ROOT.glob("services/**/sql/*.sql")):
         for statement in _sql_statements(path):
             first = statement.split(None, 1)[0].upper()
             if first in {"SET", "LISTEN", "DECLARE"} or re.search(r"pg_(try_)?advisory_lock\(", statement):

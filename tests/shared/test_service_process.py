@@ -58,6 +58,7 @@ async def _wait_ready(port: int, proc: subprocess.Popen[bytes]) -> dict[str, obj
     raise AssertionError("service never became ready")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", SERVICES)
 async def test_service_serves_health_and_stops_cleanly_on_sigterm(
     module: str, database_url: str, nats_url: str, tmp_path: object

@@ -88,7 +88,7 @@ def task_environment(
     """``inherit_host``: start from the allow-list of this process's variables (a task run
     on this host); a container (Kubernetes) keeps its image's own instead. ``secrets``:
     an OpenPAI job's ``CORRAL_SECRET_*`` variables, which its stored command refers to
-    (the values live in ``api.job_secrets`` only, never in the spec: services/api/openpai.py)."""
+    (the values live in ``api.job_secrets`` only, never in the spec: services/api/jobs/openpai.py)."""
     task_role = next(r for r in spec.tasks if r.name == role)
     env: dict[str, str] = {}
     if inherit_host:

@@ -32,8 +32,8 @@ from typing import Any
 # cost a fork and exec of ``mv`` per task, and a wrapper killed mid-write leaves an
 # empty file, read as "no exit status" like a missing one.
 _WRAPPER = 'trap : TERM INT; echo $$ > "$2"; {child}; code=$?; echo $code > "$3"; exit $code'
-# The child shell is a subshell, a fork of the wrapper (~0.8 ms of CPU less per task
-# than a shell of its own, which execs /bin/sh again), with no positional parameters,
+# The child shell is a subshell, a fork of the wrapper (less CPU per task than a shell
+# of its own, which execs /bin/sh again), with no positional parameters,
 # as in `sh -c`. A subshell inherits three things from the wrapper that would tell the
 # two apart: the pid in $$, the parent pid in $PPID and the name in $0. A command that
 # reads any of them gets a shell of its own, so it sees what `sh -c` would show it.
@@ -124,10 +124,10 @@ async def spawn(
     """Start the task's wrapper in a session of its own, its output to ``log_path``.
 
     A plain ``subprocess.Popen`` (CPython vforks: the cost does not grow with the
-    agent's size), not the event loop's subprocess API: uvloop's forks (~4x the CPU per
-    spawn, measured), and asyncio's own loop costs more per database and NATS round
-    trip than uvloop (~22 %), which the agent does a dozen of per task. Its exit is
-    awaited on a pidfd (``wait_spawned``)."""
+    agent's size), not the event loop's subprocess API: uvloop's forks (several times
+    the CPU per spawn), and asyncio's own loop costs more per database and NATS round
+    trip than uvloop, which the agent does a dozen of per task (docs/performance.md has
+    the figures). Its exit is awaited on a pidfd (``wait_spawned``)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     files.pid_file.parent.mkdir(parents=True, exist_ok=True)
     files.remove()

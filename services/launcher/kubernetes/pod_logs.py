@@ -2,7 +2,7 @@
 
 A node agent's task writes its output into ``<log dir>/<job>/<role>-<index>/attempt-<n>.log``,
 the path ``launcher.attempts.log_path`` names and the API serves and follows
-(``services/api/logs.py``). A pod's output is in the kubelet's keeping instead, and goes
+(``services/api/jobs/logs.py``). A pod's output is in the kubelet's keeping instead, and goes
 when the pod is deleted; so the runner follows each pod's log and appends it to the
 same file, in the same layout, on a volume the API shares (deploy/k8s/base/logs.yaml).
 The log then outlives the pod, and the API does not know which driver ran the task.

@@ -47,13 +47,13 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+from services.launcher import repository
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
 from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify, read_log_tail
 from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriverError
 from services.launcher.kubernetes.pod_logs import PodLogs
 from services.launcher.reporting import peers_of, report_end, report_started
-from services.launcher.repository import SQL
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
@@ -96,13 +96,12 @@ class KubernetesRunner:
         that was lost (the runner was out of contact) is taken again with a new epoch:
         what the old one held was retried elsewhere, and reconcile deletes its pods."""
         async with self._db.transaction() as conn:
-            nodes = [r["id"] for r in await conn.fetch(SQL.nodes_to_run, self._node_pattern)]
-            for node_id in nodes:
+            for node_id in await repository.nodes_to_run(conn, self._node_pattern):
                 epoch = self.epochs.get(node_id)
-                renewed = epoch is not None and await conn.fetchval(SQL.renew_lease, node_id, epoch, lease_s)
+                renewed = epoch is not None and await repository.renew_lease(conn, node_id, epoch, lease_s)
                 if not renewed:
-                    self.epochs[node_id] = await conn.fetchval(
-                        SQL.register_agent, node_id, lease_s, "pod", POD_ISOLATION, 0
+                    self.epochs[node_id] = await repository.register_agent(
+                        conn, node_id, lease_s, "pod", POD_ISOLATION, 0
                     )
                     log.info("running node %s on Kubernetes (lease epoch %s)", node_id, self.epochs[node_id])
 
@@ -123,10 +122,9 @@ class KubernetesRunner:
         nothing (already started, stopped, not ours) does nothing."""
         self._starting.add(attempt_id)
         try:
-            claimed = await self._db.fetchrow(SQL.claim_attempt, attempt_id, node_id, self.epochs[node_id])
-            if claimed is None:
+            row = await repository.claim_attempt(self._db, attempt_id, node_id, self.epochs[node_id])
+            if row is None:
                 return
-            row = dict(claimed)
             launch = _launch(row, node_id, peers_of(row))
             try:
                 await self._driver.start(launch)
@@ -169,7 +167,7 @@ class KubernetesRunner:
                 await asyncio.sleep(1.0)
 
     async def _report_running(self, attempt_id: str) -> None:
-        row = await self._db.fetchrow(SQL.attempt_for_report, attempt_id)
+        row = await repository.attempt_for_report(self._db, attempt_id)
         if row is None or row["node_id"] not in self.epochs:
             return
         path = self._log_path(row)
@@ -197,7 +195,7 @@ class KubernetesRunner:
         return self._log_dir / job / task / f"attempt-{row['attempt_no']}.log"
 
     async def _report(self, attempt_id: str, ended: TaskEnded) -> None:
-        row = await self._db.fetchrow(SQL.attempt_for_report, attempt_id)
+        row = await repository.attempt_for_report(self._db, attempt_id)
         if row is None or row["node_id"] not in self.epochs or row["state"] not in ("STARTING", "RUNNING"):
             return  # not ours, or already settled (a repeated report changes nothing)
         spec = JobSpec.model_validate(row["spec"])
@@ -248,7 +246,7 @@ class KubernetesRunner:
 
     async def reconcile(self) -> None:
         """The live attempts of this runner's nodes against the pods (periodically)."""
-        rows = await self._db.fetch(SQL.live_attempts_on_nodes, list(self.epochs))
+        rows = await repository.live_attempts_on_nodes(self._db, list(self.epochs))
         expected = {r["id"] for r in rows if r["state"] != "ASSIGNED"} | self._starting
         present = await self._driver.reconcile(expected)
         for row in rows:

@@ -11,7 +11,7 @@ FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
 -- here, so the statement's snapshot has them even when it waited for the job's lock. An
 -- attempt committed meanwhile is not seen: the insert's conflict on the task's live
 -- attempt stops a second one, and ports are picked at random from a wide range
--- (repository.free_ports), as they were when two launchers read the same ports at once.
+-- (attempts.free_ports), as they were when two launchers read the same ports at once.
 SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'task_role', a.task_role, 'task_index', a.task_index, 'node_id', a.node_id,

@@ -158,7 +158,7 @@ ON CONFLICT (only_row) DO UPDATE SET job_ids = excluded.job_ids, updated_at = no
 -- name: forget_pending_status
 -- Jobs that are no longer pending (placed, cancelled) or were not considered this cycle.
 -- An anti-join (a hash of the waiting ids), not "<> ALL($1)", which compares every row
--- with every id: with a few hundred jobs waiting that was a quarter of Postgres' time.
+-- with every id: with a few hundred jobs waiting that would be a quarter of Postgres' time.
 DELETE FROM scheduler.pending_status s
 WHERE NOT EXISTS (SELECT 1 FROM unnest($1::text[]) AS w(job_id) WHERE w.job_id = s.job_id);
 

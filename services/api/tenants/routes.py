@@ -1,0 +1,11 @@
+"""The tenants slice's routes: tokens, users (and ``whoami``), groups, the audit log."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from services.api.tenants import routes_audit, routes_groups, routes_tokens, routes_users
+
+router = APIRouter()
+for part in (routes_tokens, routes_users, routes_groups, routes_audit):
+    router.include_router(part.router)
