@@ -264,6 +264,12 @@ SECTIONS: tuple[Section, ...] = (
                 "(tests/api/test_schemathesis.py); 200 for a deeper hunt.",
             ),
             Variable(
+                "CORRAL_TEST_ARTIFACTS",
+                "`.corral/test-artifacts`",
+                "Where tests leave files for a person to look at: the portal's browser tests "
+                "save a screenshot of every page under `portal/` (tests/portal/browser).",
+            ),
+            Variable(
                 "CORRAL_KUBERNETES_TEST_NAMESPACE",
                 "`default`",
                 "The namespace tests/launcher/test_kubernetes_cluster.py runs its task in (it "

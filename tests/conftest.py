@@ -10,6 +10,7 @@ each such test having to remember its marker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -63,10 +64,10 @@ def pg() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture
-async def database_url(pg: PostgresServer) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test alone."""
-    name = unique_name("t")
+@contextlib.asynccontextmanager
+async def fresh_database(pg: PostgresServer, prefix: str) -> AsyncIterator[str]:
+    """A migrated database of its own (a copy of the template), dropped afterwards."""
+    name = unique_name(prefix)
     admin = await asyncpg.connect(pg.url("postgres"))
     try:
         await admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
@@ -74,6 +75,13 @@ async def database_url(pg: PostgresServer) -> AsyncIterator[str]:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     finally:
         await admin.close()
+
+
+@pytest.fixture
+async def database_url(pg: PostgresServer) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone."""
+    async with fresh_database(pg, "t") as url:
+        yield url
 
 
 @pytest.fixture

@@ -321,7 +321,7 @@ class Supervisor:
             self.start_services(database_url, nats_url)
             nodes = self.config.node_ids()
             self._say(
-                f"Corral is up: API http://127.0.0.1:{self.config.api_port} — admin token in "
+                f"Corral is up: portal and API http://127.0.0.1:{self.config.api_port}/ — admin token in "
                 f"{self.config.home / 'admin-token'} — logs in {self.config.home / 'logs'}"
                 + (f" — {len(nodes)} simulated nodes, {nodes[0]} … {nodes[-1]}" if len(nodes) > 1 else "")
                 + ("" if os.geteuid() == 0 else " — not root: tasks run unisolated, as you")

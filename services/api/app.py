@@ -30,6 +30,8 @@ from services.api.jobs.repository import JobRepository
 from services.api.jobs.routes import router as jobs_router
 from services.api.jobs.submission import shape_cache
 from services.api.openapi import install_openapi
+from services.api.portal.repository import SessionRepository
+from services.api.portal.routes import install_portal
 from services.api.problems import install_problem_handlers
 from services.api.rate_limit import RateLimit
 from services.api.settings import Settings
@@ -44,7 +46,8 @@ from shared.gc_tuning import tune_garbage_collector
 from shared.metrics import HttpMetrics, exposition
 from shared.service import Health, ServiceResources, every, run_service, serve_http, service_resources
 
-# How often an API process deletes the audit rows past their retention (audit.py).
+# How often an API process deletes the audit rows past their retention (audit.py), and
+# the portal's expired sessions.
 AUDIT_SWEEP_EVERY_S = 3600.0
 
 
@@ -71,7 +74,7 @@ def create_app(
     # slice's dependencies.py): routes never read app.state themselves.
     app.state.db = db
     app.state.api_settings = settings.api
-    app.state.token_cache = TokenCache()
+    app.state.token_cache = tokens = TokenCache()
     app.state.shapes = shape_cache(JobRepository(db))
     app.state.ask_scheduler = ask_scheduler
     app.state.ask_node = ask_node
@@ -120,6 +123,8 @@ def create_app(
             {"ready": ready, "service": "api", "checks": checks}, status_code=200 if ready else 503
         )
 
+    # The web portal, after the API's routes: its pages are everything outside /api/.
+    install_portal(app, db, settings.api, tokens)
     install_openapi(app)  # last: it describes every route's errors (openapi.py)
     return app
 
@@ -158,6 +163,11 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
 
         tg.create_task(
             every(AUDIT_SWEEP_EVERY_S, forget_old_audit, "audit log retention"), name="audit-retention"
+        )
+        sessions = SessionRepository(res.db)
+        tg.create_task(
+            every(AUDIT_SWEEP_EVERY_S, sessions.forget_expired, "portal session expiry"),
+            name="portal-sessions",
         )
         integrations = run_integrations(
             res.db,

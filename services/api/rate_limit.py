@@ -10,7 +10,9 @@ nothing reaches the route, so nothing changes.
 The caller is the ``Authorization`` header (its SHA-256, so no token sits in memory in
 the clear): a token is limited however many users share it, and two tokens of one user
 are limited apart — the limit protects the API from a runaway script, which holds one
-token. Requests without a token are limited by client address (they can only earn 401s).
+token. The portal's form posts (a cancel, a resubmit, an acknowledgement) are limited
+the same way by their session cookie. Requests without either are limited by client
+address (they can only earn 401s).
 
 **Per process.** The buckets live in this process's memory: N API processes behind a
 load balancer let a token through at up to N times the rate. That keeps a submit free of
@@ -35,7 +37,17 @@ from services.api.problems import problem
 from shared.metrics import ASGIApp, Receive, Scope, Send
 
 MAX_CALLERS = 100_000
-_SUBMIT_RE = re.compile(r"^/api/v1/jobs(/[^/]+/resubmit)?/?$")
+# A submit: the API's, and a resubmit from the API or from the portal's job page.
+_SUBMIT_RE = re.compile(r"^(/api/v1/jobs(/[^/]+/resubmit)?/?|/jobs/[^/]+/resubmit)$")
+# The portal's session cookie (services/api/portal/session.py): its form posts are limited
+# by session as the API's calls are by token.
+SESSION_COOKIE = b"corral_session"
+
+
+def _limited(path: str, method: str) -> bool:
+    """Every API call, and every form the portal posts (its pages are reads the API's
+    own routes would serve; their live updates are throttled by design: portal/live.py)."""
+    return path.startswith("/api/") or (method == "POST" and not path.startswith("/static/"))
 
 
 @dataclass
@@ -102,7 +114,7 @@ class RateLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith("/api/"):
+        if scope["type"] != "http" or not _limited(path, scope["method"]):
             await self.app(scope, receive, send)
             return
         caller = _caller(scope)
@@ -128,8 +140,15 @@ class RateLimit:
 
 
 def _caller(scope: Scope) -> str:
-    for name, value in scope.get("headers", []):
+    headers = scope.get("headers", [])
+    for name, value in headers:
         if name == b"authorization":
             return hashlib.sha256(value).hexdigest()
+    for name, value in headers:
+        if name == b"cookie":
+            for part in value.split(b";"):
+                key, _, secret = part.strip().partition(b"=")
+                if key == SESSION_COOKIE and secret:
+                    return "session:" + hashlib.sha256(secret).hexdigest()
     client = scope.get("client")
     return f"address:{client[0] if client else 'unknown'}"

@@ -84,6 +84,24 @@ class ApiSettings(BaseSettings):
     resubmits draw from this bucket as well as the general one). 0 turns it off."""
     submit_rate_limit_burst: int = Field(default=100, ge=1)
     """Submits a token may make at once above the sustained rate."""
+    portal_session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    """How long a portal sign-in lasts (portal/session.py); the session also ends as soon
+    as its token is revoked or expires."""
+    portal_live_interval_s: float = Field(default=1.0, ge=0.1, le=60)
+    """A live portal page is told of changes at most this often, however many events
+    arrive (portal/live.py)."""
+    portal_overview_interval_s: float = Field(default=5.0, ge=0.1, le=300)
+    """Pages that aggregate the whole cluster (home, virtual clusters) are told of changes
+    at most this often: on a busy cluster something changes every second."""
+    portal_telemetry_refresh_s: float = Field(default=15.0, ge=1, le=3600)
+    """Pages showing GPU telemetry (home, nodes) refresh this often while open, as
+    utilisation is not a lifecycle event."""
+    portal_idle_gpu_pct: float = Field(default=10.0, ge=0, le=100)
+    """A running job whose GPUs averaged less than this utilisation is listed as idle on
+    the portal's home page."""
+    portal_idle_gpu_minutes: float = Field(default=30.0, gt=0)
+    """How long a job's GPUs must have been held below ``portal_idle_gpu_pct`` before it
+    is listed as idle."""
 
 
 class Settings(BaseSettings):

@@ -13,7 +13,7 @@ from services.monitor.health import default_rules
 from services.monitor.ingest import HeartbeatIngest
 from services.monitor.liveness import check_liveness
 from services.monitor.metrics import metrics_routes
-from services.monitor.repository import prune_history, roll_up_history
+from services.monitor.repository import prune_history, prune_job_usage, roll_up_history, roll_up_job_usage
 from services.monitor.settings import MonitorSettings, Settings
 from shared.bus import ConsumerSpec, run_consumer
 from shared.db.pool import Database
@@ -29,8 +29,11 @@ HEARTBEAT_QUEUE = "monitor"
 async def keep_history(db: Database, settings: MonitorSettings) -> None:
     async with db.transaction() as conn:
         await roll_up_history(conn, settings.history_resolution_s, settings.history_coarse_s)
+        # Before the coarse buckets are pruned: a bucket is folded before it can be lost.
+        await roll_up_job_usage(conn, settings.history_coarse_s)
         await prune_history(conn, settings.history_resolution_s, settings.history_keep_fine_s)
         await prune_history(conn, settings.history_coarse_s, settings.history_keep_coarse_s)
+        await prune_job_usage(conn, settings.job_usage_keep_s)
 
 
 async def serve(settings: Settings) -> None:

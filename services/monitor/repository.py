@@ -268,6 +268,15 @@ async def prune_history(conn: Connection, resolution_s: int, keep_s: float) -> N
     await conn.execute(SQL.prune_history, resolution_s, keep_s)
 
 
+async def roll_up_job_usage(conn: Connection, coarse_s: int) -> None:
+    """Fold the coarse buckets that are final into each job's daily usage, once each."""
+    await conn.execute(SQL.roll_up_job_usage, coarse_s)
+
+
+async def prune_job_usage(conn: Connection, keep_s: float) -> None:
+    await conn.execute(SQL.prune_job_usage, keep_s)
+
+
 async def gpu_owners(conn: Connection) -> dict[tuple[str, int], tuple[str, str]]:
     """(node, GPU index) -> (job id, task) for every GPU a live attempt holds."""
     return {(r["node_id"], r["gpu"]): (r["job_id"], r["task"]) for r in await conn.fetch(SQL.gpu_owners)}

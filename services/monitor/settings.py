@@ -46,6 +46,9 @@ class MonitorSettings(BaseSettings):
     """How long the fine GPU history is kept."""
     history_keep_coarse_s: float = Field(default=30 * 86_400.0, gt=0)
     """How long the coarse GPU history is kept."""
+    job_usage_keep_s: float = Field(default=400 * 86_400.0, gt=0)
+    """How long each job's daily GPU usage (readings folded per UTC day, for the portal's
+    usage page) is kept: a row per job and day, so over a year costs little."""
 
 
 class ExporterSettings(BaseSettings):

@@ -454,6 +454,15 @@ CREATE TABLE api.join_tokens (
     used_by_node text,
     CONSTRAINT join_tokens_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text))
 );
+CREATE TABLE api.portal_sessions (
+    secret_sha256 text NOT NULL,
+    token_sha256 text NOT NULL,
+    username text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT portal_sessions_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT portal_sessions_token_sha256_check CHECK ((token_sha256 ~ '^[0-9a-f]{64}$'::text))
+);
 CREATE TABLE api.tokens (
     id text NOT NULL,
     name text NOT NULL,
@@ -773,6 +782,17 @@ CREATE SEQUENCE monitor.health_events_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE monitor.health_events_id_seq OWNED BY monitor.health_events.id;
+CREATE TABLE monitor.job_gpu_usage_daily (
+    day date NOT NULL,
+    job_id text NOT NULL,
+    samples bigint NOT NULL,
+    utilization_sum double precision NOT NULL
+);
+CREATE TABLE monitor.job_gpu_usage_mark (
+    only_row boolean DEFAULT true NOT NULL,
+    folded_until timestamp with time zone NOT NULL,
+    CONSTRAINT job_gpu_usage_mark_only_row_check CHECK (only_row)
+);
 CREATE TABLE scheduler.allocations (
     job_id text NOT NULL,
     generation integer NOT NULL,
@@ -852,6 +872,8 @@ ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.join_tokens
     ADD CONSTRAINT join_tokens_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.portal_sessions
+    ADD CONSTRAINT portal_sessions_pkey PRIMARY KEY (secret_sha256);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
@@ -898,6 +920,10 @@ ALTER TABLE ONLY monitor.gpus
     ADD CONSTRAINT gpus_pkey PRIMARY KEY (node_id, index);
 ALTER TABLE ONLY monitor.health_events
     ADD CONSTRAINT health_events_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY monitor.job_gpu_usage_daily
+    ADD CONSTRAINT job_gpu_usage_daily_pkey PRIMARY KEY (day, job_id);
+ALTER TABLE ONLY monitor.job_gpu_usage_mark
+    ADD CONSTRAINT job_gpu_usage_mark_pkey PRIMARY KEY (only_row);
 ALTER TABLE ONLY monitor.nodes
     ADD CONSTRAINT nodes_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY scheduler.allocations
@@ -918,10 +944,13 @@ CREATE INDEX audit_log_by_user ON api.audit_log USING btree (username, id);
 CREATE INDEX group_members_by_user ON api.group_members USING btree (username);
 CREATE INDEX idempotency_keys_created ON api.idempotency_keys USING btree (created_at);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
-CREATE INDEX jobs_created ON api.jobs USING btree (created_at DESC);
 CREATE INDEX jobs_finished ON api.jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
+CREATE INDEX jobs_newest_first ON api.jobs USING btree (created_at DESC, id DESC);
+CREATE INDEX jobs_state_newest_first ON api.jobs USING btree (state, created_at DESC, id DESC);
 CREATE INDEX jobs_tags ON api.jobs USING gin (tags);
 CREATE INDEX jobs_user_created ON api.jobs USING btree (username, created_at DESC, id DESC);
+CREATE INDEX jobs_vc_newest_first ON api.jobs USING btree (virtual_cluster, created_at DESC, id DESC);
+CREATE INDEX portal_sessions_expiry ON api.portal_sessions USING btree (expires_at);
 CREATE INDEX tokens_by_user ON api.tokens USING btree (username);
 CREATE INDEX webhook_attempts_of ON api.webhook_attempts USING btree (delivery_id, id);
 CREATE INDEX webhook_deliveries_due ON api.webhook_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);

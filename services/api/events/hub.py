@@ -181,6 +181,12 @@ class EventHub:
         return True
 
     @property
+    def position(self) -> Cursor:
+        """How far the tails have read: a page rendered now and following from here
+        (``portal/live.py``) knows whether anything came in between."""
+        return Cursor(tuple(self._positions))
+
+    @property
     def js(self) -> JetStreamContext:
         """The JetStream context, for one-off reads (a job's history: ``jobs/history.py``)."""
         return self._js

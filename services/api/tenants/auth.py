@@ -136,14 +136,20 @@ async def current_principal(request: Request, repo: TenantsRepo, cache: Tokens) 
     principal = await principal_of(cache, repo, digest)
     request.state.principal = principal
     request.state.token_digest = digest
-    needed: Scope = "read" if request.method in _READ_METHODS else "submit"
+    check_scope(principal, request.method)
+    return principal
+
+
+def check_scope(principal: Principal, method: str) -> None:
+    """403 unless the principal's token carries the scope ``method`` needs: ``read`` for
+    reads, ``submit`` for everything else."""
+    needed: Scope = "read" if method in _READ_METHODS else "submit"
     if needed not in principal.scopes:
         held = ", ".join(s for s in SCOPE_ORDER if s in principal.scopes) or "none"
         raise Forbidden(
-            f"this token has the scopes {held}; {request.method} needs a token with the {needed!r} scope"
+            f"this token has the scopes {held}; {method} needs a token with the {needed!r} scope"
             " (create one with POST /api/v1/tokens)"
         )
-    return principal
 
 
 async def principal_of(cache: TokenCache, repo: TenantRepository, digest: str) -> Principal:

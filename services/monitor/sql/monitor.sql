@@ -182,6 +182,35 @@ SET samples = EXCLUDED.samples, job_id = EXCLUDED.job_id, utilization_avg = EXCL
     utilization_max = EXCLUDED.utilization_max, memory_used_mb_max = EXCLUDED.memory_used_mb_max,
     temperature_max = EXCLUDED.temperature_max, power_avg = EXCLUDED.power_avg;
 
+-- name: roll_up_job_usage
+-- Coarse buckets ($1 s) that roll_up_history no longer recomputes (starting before the
+-- last three) and that have not been folded yet -> one row per (UTC day, job) with the
+-- readings' count and utilisation sum; then the mark moves past them. The mark's row lock
+-- makes two upkeeps fold one after the other, never the same bucket twice.
+WITH mark AS (
+    SELECT folded_until FROM monitor.job_gpu_usage_mark FOR UPDATE
+), edge AS (
+    SELECT date_bin(make_interval(secs => $1::int), now(), 'epoch'::timestamptz)
+           - make_interval(secs => $1::int * 3) AS final_before
+), folded AS (
+    INSERT INTO monitor.job_gpu_usage_daily AS d (day, job_id, samples, utilization_sum)
+    SELECT (h.bucket AT TIME ZONE 'UTC')::date, h.job_id, sum(h.samples), sum(h.utilization_avg * h.samples)
+    FROM monitor.gpu_history h, mark, edge
+    WHERE h.resolution_s = $1::int AND h.job_id IS NOT NULL AND h.utilization_avg IS NOT NULL
+      AND h.bucket >= mark.folded_until AND h.bucket < edge.final_before
+    GROUP BY 1, 2
+    ON CONFLICT (day, job_id) DO UPDATE
+    SET samples = d.samples + EXCLUDED.samples, utilization_sum = d.utilization_sum + EXCLUDED.utilization_sum
+    RETURNING 1
+)
+UPDATE monitor.job_gpu_usage_mark m
+SET folded_until = greatest(m.folded_until, edge.final_before)
+FROM edge, (SELECT count(*) FROM folded) AS done;
+
+-- name: prune_job_usage
+DELETE FROM monitor.job_gpu_usage_daily
+WHERE day < ((now() - make_interval(secs => $1)) AT TIME ZONE 'UTC')::date;
+
 -- name: prune_history
 DELETE FROM monitor.gpu_history WHERE resolution_s = $1 AND bucket < now() - make_interval(secs => $2);
 
