@@ -4,7 +4,8 @@
 ``corral <service>`` runs one service in the foreground (``api``, ``scheduler``,
 ``launcher``, ``monitor``, ``alerter``, ``exporter``, ``agent``). Every other command
 talks to the API through the SDK (``corral.sdk``): ``login``, ``submit``, ``jobs``,
-``show``, ``logs``, ``cancel``, ``why``, ``vcs``/``vc``, ``nodes``/``node``, ``gpus``,
+``show``, ``logs``, ``cancel``, ``why``, ``exec``, ``port-forward``, ``notebook``,
+``tensorboard``, ``vcs``/``vc``, ``nodes``/``node``, ``gpus``,
 ``drain``/``undrain``, ``join-token``, ``join``, ``remove-node``, ``bus-credentials``,
 ``services``, ``alerts``, ``ack``/``resolve``,
 ``silences``/``silence``/``unsilence``, ``alert-rules``, ``webhooks``/``webhook``,
@@ -29,8 +30,21 @@ from typing import Annotated
 
 import typer
 
-from corral.commands import alerts, events, jobs, login, membership, nodes, tenants, vcs, webhooks
-from corral.commands.errors import INTERRUPTED, UsageProblem, exit_code, message
+from corral.commands import (
+    alerts,
+    events,
+    exec,
+    jobs,
+    login,
+    membership,
+    nodes,
+    notebooks,
+    port_forward,
+    tenants,
+    vcs,
+    webhooks,
+)
+from corral.commands.errors import INTERRUPTED, Refused, UsageProblem, exit_code, message
 from corral.commands.session import Options
 from corral.local.bus_users import chart_authorization
 from corral.local.node_home import apply_node_env
@@ -42,7 +56,20 @@ from shared.bus.nats import NatsBus
 from shared.bus.streams import STREAMS
 from shared.settings import NatsSettings
 
-API_COMMANDS = (login, jobs, vcs, nodes, membership, alerts, webhooks, events, tenants)
+API_COMMANDS = (
+    login,
+    jobs,
+    exec,
+    port_forward,
+    notebooks,
+    vcs,
+    nodes,
+    membership,
+    alerts,
+    webhooks,
+    events,
+    tenants,
+)
 
 
 def _service(module: str) -> Callable[[], None]:
@@ -132,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except typer.Abort:  # Ctrl-C
         return INTERRUPTED
-    except (CorralError, UsageProblem) as exc:
+    except (CorralError, UsageProblem, Refused) as exc:
         print(f"corral {_name(args)}: {message(exc)}", file=sys.stderr)
         return exit_code(exc)
     return result if isinstance(result, int) else 0
@@ -147,7 +174,7 @@ def _name(args: list[str]) -> str:
             skip = False
         elif arg in ("--url", "--token"):
             skip = True
-        elif arg.startswith("-") or (words and words[0] not in ("vc", "webhook")):
+        elif arg.startswith("-") or (words and words[0] not in ("vc", "webhook", "notebook")):
             break
         else:
             words.append(arg)

@@ -197,6 +197,22 @@ class TaskRole(BaseModel):
         json_schema_extra={"maxProperties": 16, "propertyNames": {"pattern": _LABEL_RE.pattern}},
     )
     completion: Completion = Completion()
+    proxy_prefix: Literal["strip", "keep"] = Field(
+        default="strip",
+        description=(
+            "how /proxy/{job}/{task}/{label}/PATH reaches a labelled port's app: `strip` sends /PATH "
+            "(as `kubectl proxy` does); `keep` sends the whole path, for an app given the prefix as its "
+            "base URL (CORRAL_PROXY_PATH_<LABEL>: Jupyter's base_url, TensorBoard's path_prefix)"
+        ),
+    )
+    event_files_from: str | None = Field(
+        default=None,
+        pattern=r"^job-[0-9a-z]{26}$",
+        description=(
+            "a job whose TensorBoard event files (*tfevents*) are copied into this task's events/ "
+            "directory before it starts and while it runs; the submitter must be allowed to read that job"
+        ),
+    )
 
     @field_validator("ports")
     @classmethod

@@ -100,7 +100,23 @@ class EmbeddedServer(uvicorn.Server):
         return None
 
 
+class _DenialIsAnAnswer(logging.Filter):
+    """uvicorn's WebSocket protocol logs "ASGI callable returned without completing
+    handshake" at ERROR for a WebSocket refused with an HTTP answer of its own (ASGI's
+    ``websocket.http.response``: the API's 403 problem for a refused exec stream), which is
+    a complete answer, not a fault. Only that line is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing handshake" not in record.getMessage()
+
+
+_DENIAL_FILTER = _DenialIsAnAnswer()
+
+
 async def serve_http(app: Starlette, host: str, port: int, name: str) -> None:
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if _DENIAL_FILTER not in uvicorn_errors.filters:
+        uvicorn_errors.addFilter(_DENIAL_FILTER)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = EmbeddedServer(config)
     try:

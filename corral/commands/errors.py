@@ -36,6 +36,11 @@ class UsageProblem(Exception):
     """A command-line value the command cannot use (exit 2), e.g. ``--quota H100``."""
 
 
+class Refused(Exception):
+    """What the command was asked cannot be done as things are (exit 1, as the API's own
+    refusals), found before asking the API: e.g. a port-forward to a job not running."""
+
+
 def exit_code(error: Exception) -> int:
     if isinstance(error, ApiError):
         if error.status in (401, 403):
@@ -47,6 +52,8 @@ def exit_code(error: Exception) -> int:
         return AUTH
     if isinstance(error, SpecError | UsageProblem):
         return USAGE
+    if isinstance(error, Refused):
+        return FAILED
     return FAILED
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import typer
 
-from corral.sdk import Client
+from corral.sdk import AsyncClient, Client
+from corral.sdk.interactive import Interactive
 
 
 @dataclass(frozen=True)
@@ -19,3 +20,15 @@ class Options:
 def client(ctx: typer.Context) -> Client:
     options = ctx.find_object(Options) or Options()
     return Client(options.url, options.token)
+
+
+def interactive(ctx: typer.Context) -> Interactive:
+    """Sessions into running tasks (exec, port-forward); built inside the event loop that uses it."""
+    options = ctx.find_object(Options) or Options()
+    return Interactive(options.url, options.token)
+
+
+def async_client(ctx: typer.Context) -> AsyncClient:
+    """The asyncio SDK client, for a command that waits on several things at once."""
+    options = ctx.find_object(Options) or Options()
+    return AsyncClient(options.url, options.token)

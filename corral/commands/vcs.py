@@ -2,6 +2,7 @@
 
 corral vcs
 corral vc set vision --quota H100=16 --quota A100=8 --max-gpus-per-user 8   (admin)
+corral vc set vision --no-interactive        (no exec, port-forward or proxy into its jobs)
 corral vc delete vision                                                     (admin)
 """
 
@@ -83,12 +84,19 @@ def register(app: typer.Typer) -> None:
         ] = None,
         max_gpus_per_user: Annotated[int | None, typer.Option("--max-gpus-per-user", min=0)] = None,
         description: Annotated[str, typer.Option("--description")] = "",
+        interactive: Annotated[
+            bool | None,
+            typer.Option(
+                "--interactive/--no-interactive",
+                help="may its jobs' owners exec into them and forward their ports (default: as it is)",
+            ),
+        ] = None,
         json_: JsonFlag = False,
     ) -> None:
         """Create a VC or replace its quota and limits."""
         wanted = parse_quota(quota or [])
         with client(ctx) as api:
-            changed = api.put_vc(name, wanted, max_gpus_per_user, description)
+            changed = api.put_vc(name, wanted, max_gpus_per_user, description, interactive)
         if json_:
             echo_json(changed)
             return

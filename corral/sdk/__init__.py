@@ -12,8 +12,10 @@
 Layout: ``client.py`` / ``aclient.py`` (the two clients), ``operations.py`` (every
 request, shared by both), ``models/`` (typed results), ``errors.py``, ``retries.py``,
 ``sse.py`` (the event-stream parser), ``config.py`` (URL and token), ``specs.py`` (job
-spec files). The SDK depends on httpx, pydantic and PyYAML only — never on Corral's
-server code (an import-linter contract keeps it so) — so it can ship on its own.
+spec files), ``interactive.py`` and ``channels.py`` (exec and port-forward into running
+tasks, over the API's WebSocket). The SDK depends on httpx, pydantic, PyYAML and
+websockets only — never on Corral's server code (an import-linter contract keeps it
+so) — so it can ship on its own.
 """
 
 from corral.sdk.aclient import AsyncClient

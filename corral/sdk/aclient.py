@@ -223,9 +223,11 @@ class AsyncClient:
         quota: Mapping[str, int] | None = None,
         max_gpus_per_user: int | None = None,
         description: str = "",
+        interactive: bool | None = None,
     ) -> VirtualCluster:
-        """Create a VC or replace its quota and limits (admin); ``warnings`` say what cannot hold."""
-        return await self._run(op.put_vc(name, quota or {}, max_gpus_per_user, description))
+        """Create a VC or replace its quota and limits (admin); ``warnings`` say what cannot hold.
+        ``interactive``: may its jobs' owners exec into them and reach their ports (``None``: as it is)."""
+        return await self._run(op.put_vc(name, quota or {}, max_gpus_per_user, description, interactive))
 
     async def delete_vc(self, name: str) -> None:
         """Delete a VC with no job waiting or running (admin)."""

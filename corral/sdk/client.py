@@ -214,9 +214,11 @@ class Client:
         quota: Mapping[str, int] | None = None,
         max_gpus_per_user: int | None = None,
         description: str = "",
+        interactive: bool | None = None,
     ) -> VirtualCluster:
-        """Create a VC or replace its quota and limits (admin); ``warnings`` say what cannot hold."""
-        return self._run(op.put_vc(name, quota or {}, max_gpus_per_user, description))
+        """Create a VC or replace its quota and limits (admin); ``warnings`` say what cannot hold.
+        ``interactive``: may its jobs' owners exec into them and reach their ports (``None``: as it is)."""
+        return self._run(op.put_vc(name, quota or {}, max_gpus_per_user, description, interactive))
 
     def delete_vc(self, name: str) -> None:
         """Delete a VC with no job waiting or running (admin)."""

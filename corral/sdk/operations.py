@@ -150,9 +150,19 @@ def get_vc(name: str) -> Call[VirtualCluster]:
 
 
 def put_vc(
-    name: str, quota: Mapping[str, int], max_gpus_per_user: int | None, description: str
+    name: str,
+    quota: Mapping[str, int],
+    max_gpus_per_user: int | None,
+    description: str,
+    interactive: bool | None = None,
 ) -> Call[VirtualCluster]:
-    body = {"quota": dict(quota), "max_gpus_per_user": max_gpus_per_user, "description": description}
+    body: dict[str, Any] = {
+        "quota": dict(quota),
+        "max_gpus_per_user": max_gpus_per_user,
+        "description": description,
+    }
+    if interactive is not None:  # left out, the VC keeps its setting
+        body["interactive"] = interactive
     return Call(
         "PUT", f"/api/v1/virtual-clusters/{_seg(name)}", _one(VirtualCluster), body=body, idempotent=True
     )

@@ -11,6 +11,7 @@ import asyncio
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from nats.aio.client import Client as NatsClient
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from services.api.alerts.routes import router as alerts_router
@@ -24,6 +25,8 @@ from services.api.events.repository import EventRepository
 from services.api.events.routes import router as events_router
 from services.api.events.scope import Scopes
 from services.api.integrations import run_integrations
+from services.api.interactive.repository import InteractiveRepository
+from services.api.interactive.routes import router as interactive_router
 from services.api.jobs.dependencies import AskScheduler
 from services.api.jobs.logs import AskNode
 from services.api.jobs.repository import JobRepository
@@ -46,8 +49,8 @@ from shared.gc_tuning import tune_garbage_collector
 from shared.metrics import HttpMetrics, exposition
 from shared.service import Health, ServiceResources, every, run_service, serve_http, service_resources
 
-# How often an API process deletes the audit rows past their retention (audit.py), and
-# the portal's expired sessions.
+# How often an API process deletes the audit rows past their retention (audit.py, and
+# the interactive sessions' audit), and the portal's expired sessions.
 AUDIT_SWEEP_EVERY_S = 3600.0
 
 
@@ -58,11 +61,14 @@ def create_app(
     ask_scheduler: AskScheduler | None = None,
     event_hub: EventHub | None = None,
     ask_node: AskNode | None = None,
+    nats: NatsClient | None = None,
 ) -> FastAPI:
     """``ask_scheduler`` sends a dry-run question to the scheduler and returns its answer
     (core NATS request/reply in the service; without it, dry runs answer 503);
     ``event_hub`` feeds ``GET /api/v1/events`` (without it, 503); ``ask_node`` asks a
-    node for a piece of a task's log (``logs.py``; without it, logs answer 503)."""
+    node for a piece of a task's log (``logs.py``; without it, logs answer 503); ``nats``
+    carries interactive sessions' streams to nodes (``interactive/``; without it, they
+    answer 503)."""
     app = FastAPI(
         title="Corral API",
         version="1",
@@ -78,6 +84,7 @@ def create_app(
     app.state.shapes = shape_cache(JobRepository(db))
     app.state.ask_scheduler = ask_scheduler
     app.state.ask_node = ask_node
+    app.state.interactive_nats = nats
     app.state.event_hub = event_hub
     app.state.jetstream = event_hub.js if event_hub is not None else None
     app.state.webhook_wake = asyncio.Event()  # set when a delivery is queued by hand
@@ -104,6 +111,7 @@ def create_app(
         events_router,
         webhooks_router,
         tenants_router,
+        interactive_router,
         docs_pages_router,
     ):
         app.include_router(router)
@@ -147,7 +155,7 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
 
     scopes = Scopes(EventRepository(res.db))
     hub = EventHub(res.bus.js, scopes, settings.api.sse_queue_limit, settings.api.sse_tail_idle_s)
-    app = create_app(res.db, res.health, settings, ask_scheduler, hub, ask_node)
+    app = create_app(res.db, res.health, settings, ask_scheduler, hub, ask_node, res.bus.nc)
     # The app's routes, models and schemas live as long as the process: frozen, no full
     # collection walks them again (a 40 ms pause every ~600 submits): shared/gc_tuning.py.
     tune_garbage_collector()
@@ -168,6 +176,15 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
         tg.create_task(
             every(AUDIT_SWEEP_EVERY_S, sessions.forget_expired, "portal session expiry"),
             name="portal-sessions",
+        )
+        interactive = InteractiveRepository(res.db)
+
+        async def forget_old_interactive() -> int:
+            return await interactive.forget_old(retention_s)
+
+        tg.create_task(
+            every(AUDIT_SWEEP_EVERY_S, forget_old_interactive, "interactive sessions' audit retention"),
+            name="interactive-retention",
         )
         integrations = run_integrations(
             res.db,

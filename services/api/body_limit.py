@@ -6,6 +6,9 @@ every response chunk through a memory stream — about a tenth of the API's CPU 
 and a task switch per event on every SSE stream. This one looks at ``Content-Length``
 and otherwise passes ``receive`` and ``send`` through untouched. (A body without a
 ``Content-Length``, chunked, is bounded where it is read: ``jobs/body.py``.)
+
+Bodies sent to a task through ``/proxy/`` are not limited here: the proxy streams them
+to the task as they come and never holds one whole (a file uploaded to a notebook).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from starlette.requests import Request
 from services.api.problems import problem
 from shared.metrics import ASGIApp, Receive, Scope, Send
 
+PROXY_PREFIX = "/proxy/"
+
 
 class BodySizeLimit:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
@@ -22,7 +27,7 @@ class BodySizeLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and not scope["path"].startswith(PROXY_PREFIX):
             length = Request(scope).headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
                 response = problem(

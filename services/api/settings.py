@@ -102,6 +102,11 @@ class ApiSettings(BaseSettings):
     portal_idle_gpu_minutes: float = Field(default=30.0, gt=0)
     """How long a job's GPUs must have been held below ``portal_idle_gpu_pct`` before it
     is listed as idle."""
+    interactive_idle_timeout_s: float = Field(default=1800.0, gt=0, le=7 * 24 * 3600.0)
+    """An exec or port-forward session with no data either way for this long is ended by
+    its node (interactive/); a proxied request, likewise."""
+    interactive_open_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """How long opening a session waits for the node's answer before a 503."""
 
 
 class Settings(BaseSettings):

@@ -1,7 +1,8 @@
 """Composition root of the launcher service: its consumer, the decisions of jobs whose
 attempts ended on a node (``attempt_ends.py``) and its reconcile loop; with
 ``CORRAL_LAUNCHER_DRIVER=kubernetes``, also the Kubernetes runner (the node agents' part,
-played through Pods: ``kubernetes/runner.py``)."""
+played through Pods: ``kubernetes/runner.py``) and exec / port-forward into its pods
+(``kubernetes/interactive.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from functools import partial
 from services.launcher.attempt_ends import AttemptEnds
 from services.launcher.handlers import CONSUMER, LauncherHandlers
 from services.launcher.kubernetes.driver import KubernetesDriver, cluster_configuration
+from services.launcher.kubernetes.exec import PodSockets
+from services.launcher.kubernetes.interactive import PodInteractive
 from services.launcher.kubernetes.runner import KubernetesRunner
 from services.launcher.log_retention import SWEEP_EVERY_S, LogRetention
 from services.launcher.reconcile import reconcile
@@ -39,9 +42,13 @@ async def serve(settings: Settings) -> None:
     async with service_resources("launcher", settings.common) as res, AsyncExitStack() as stack:
         handlers = LauncherHandlers(res.db)
         runner = None
+        sockets = None
         if settings.launcher.driver == "kubernetes":
-            driver = KubernetesDriver(await cluster_configuration(), settings.kubernetes)
+            configuration = await cluster_configuration()
+            driver = KubernetesDriver(configuration, settings.kubernetes)
             stack.push_async_callback(driver.close)
+            sockets = PodSockets(configuration, settings.kubernetes.namespace)
+            stack.push_async_callback(sockets.close)
             runner = KubernetesRunner(
                 res.db,
                 driver,
@@ -52,8 +59,8 @@ async def serve(settings: Settings) -> None:
             await runner.hold_leases(settings.agent.lease_s)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
-            if runner is not None:
-                run_on_kubernetes(tg, res, runner, settings)
+            if runner is not None and sockets is not None:
+                run_on_kubernetes(tg, res, runner, PodInteractive(res.bus, sockets), settings)
             tg.create_task(
                 run_consumer(res.bus, ConsumerSpec(CONSUMER, handlers.handle), res.dead_letters),
                 name="consumer",
@@ -82,15 +89,21 @@ KUBERNETES_ASSIGNMENTS = ConsumerConfig(
 
 
 def run_on_kubernetes(
-    tg: asyncio.TaskGroup, res: ServiceResources, runner: KubernetesRunner, settings: Settings
+    tg: asyncio.TaskGroup,
+    res: ServiceResources,
+    runner: KubernetesRunner,
+    interactive: PodInteractive,
+    settings: Settings,
 ) -> None:
-    """Play the node agents' part for the cluster's nodes: tasks become Pods, and their
-    logs are answered for on each node's ``corral.logs.<node>``, as an agent would."""
+    """Play the node agents' part for the cluster's nodes: tasks become Pods, their logs
+    are answered for on each node's ``corral.logs.<node>`` and exec / port-forward on its
+    ``corral.interactive.<node>.open``, as an agent would."""
     lease_s = settings.agent.lease_s
     tg.create_task(every(lease_s / 3, lambda: runner.hold_leases(lease_s), "node leases"), name="leases")
     retention_hours = settings.agent.log_retention_hours
     logs = LogServer(settings.log_dir, retention_hours)
     tg.create_task(answer_for_nodes(res.bus, logs, runner.epochs.keys, lease_s / 3), name="pod-logs")
+    tg.create_task(interactive.serve(runner.epochs.keys, lease_s / 3), name="pod-interactive")
     retention = LogRetention(res.db, settings.log_dir, retention_hours)
     tg.create_task(every(SWEEP_EVERY_S, retention.sweep, "log retention"), name="log-retention")
     spec = ConsumerSpec(KUBERNETES_ASSIGNMENTS, runner.handle)

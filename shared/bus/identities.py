@@ -39,6 +39,7 @@ from shared.events import (
     subject_for,
     subjects_of,
 )
+from shared.interactive.protocol import SUBJECT_PREFIX as INTERACTIVE_PREFIX
 from shared.node_logs import LOGS_SUBJECT_PREFIX, logs_subject
 from shared.outbox.rows import MAY_PRECEDE
 
@@ -143,9 +144,12 @@ def service_permissions(service: str) -> BusPermissions:
                     ),
                     DRY_RUN_SUBJECT,  # asks the scheduler (request/reply)
                     f"{LOGS_SUBJECT_PREFIX}.*",  # asks a node for its tasks' logs
+                    # opens exec and port-forward streams on a node, and sends their input
+                    f"{INTERACTIVE_PREFIX}.*.open",
+                    f"{INTERACTIVE_PREFIX}.*.in.*",
                     *(s for stream in LIFECYCLE_STREAMS for s in _any_consumer(stream)),
                 ),
-                subscribe=(),
+                subscribe=(f"{INTERACTIVE_PREFIX}.*.out.*",),  # what the streams' tasks say
             )
         case "scheduler":
             return _with_common(
@@ -178,9 +182,15 @@ def service_permissions(service: str) -> BusPermissions:
                     *_events(*(f"corral.task.{verb}" for verb in task_events)),
                     *_durable(JOBS.name, "launcher"),
                     *_durable(JOBS.name, "kubernetes-runner"),
+                    f"{INTERACTIVE_PREFIX}.*.out.*",
                 ),
-                # The Kubernetes runner answers for the logs of the pod nodes it holds.
-                subscribe=(f"{LOGS_SUBJECT_PREFIX}.*",),
+                # The Kubernetes runner answers for the logs, and serves the exec and
+                # port-forward streams, of the pod nodes it holds.
+                subscribe=(
+                    f"{LOGS_SUBJECT_PREFIX}.*",
+                    f"{INTERACTIVE_PREFIX}.*.open",
+                    f"{INTERACTIVE_PREFIX}.*.in.*",
+                ),
                 answers=True,
             )
         case "monitor":
@@ -220,14 +230,19 @@ _RETIRED_SCHEDULER_CONSUMERS = ((JOBS.name, "scheduler-jobs"), (NODES.name, "sch
 
 def node_permissions(node_id: str) -> BusPermissions:
     """A node's identity (its agent and its exporter): its own heartbeats, assignments,
-    stop requests and log questions, nothing of any other node."""
+    stop requests, log questions and interactive streams, nothing of any other node."""
     return _with_common(
         node_user(node_id),
         publish=(
             f"corral.metrics.node.{node_id}",
             *(s for durable, only in node_consumers(node_id) for s in _durable(JOBS.name, durable, only)),
+            f"{INTERACTIVE_PREFIX}.{node_id}.out.*",
         ),
-        subscribe=(logs_subject(node_id),),
+        subscribe=(
+            logs_subject(node_id),
+            f"{INTERACTIVE_PREFIX}.{node_id}.open",
+            f"{INTERACTIVE_PREFIX}.{node_id}.in.*",
+        ),
         answers=True,
     )
 

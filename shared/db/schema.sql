@@ -132,7 +132,7 @@ BEGIN
     DELETE FROM corral.service_instances s WHERE s.instance_id = p_instance AND s.service = 'agent-' || p_node;
 END
 $$;
-CREATE FUNCTION launcher.node_live_attempts(p_node text, p_secret text) RETURNS TABLE(id text, job_id text, generation integer, state text, pid integer, pid_start_ticks bigint, log_path text, task_role text, task_index integer, attempt_no integer, stop_requested_at timestamp with time zone, stop_reason text, stop_platform text, spec jsonb)
+CREATE FUNCTION launcher.node_live_attempts(p_node text, p_secret text) RETURNS TABLE(id text, job_id text, generation integer, state text, pid integer, pid_start_ticks bigint, log_path text, task_role text, task_index integer, attempt_no integer, stop_requested_at timestamp with time zone, stop_reason text, stop_platform text, spec jsonb, ports jsonb)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -140,7 +140,7 @@ BEGIN
     PERFORM launcher.check_node(p_node, p_secret);
     RETURN QUERY
     SELECT a.id, a.job_id, a.generation, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role,
-           a.task_index, a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec
+           a.task_index, a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec, a.ports
     FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
     WHERE a.node_id = p_node AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
 END
@@ -415,6 +415,36 @@ CREATE TABLE api.idempotency_keys (
     job_id text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
+CREATE TABLE api.interactive_sessions (
+    id text NOT NULL,
+    kind text NOT NULL,
+    job_id text NOT NULL,
+    task_role text NOT NULL,
+    task_index integer NOT NULL,
+    attempt_id text NOT NULL,
+    node_id text NOT NULL,
+    username text NOT NULL,
+    token_id text NOT NULL,
+    credential_sha256 text NOT NULL,
+    command text[] DEFAULT '{}'::text[] NOT NULL,
+    tty boolean DEFAULT true NOT NULL,
+    stdin boolean DEFAULT true NOT NULL,
+    cols integer DEFAULT 80 NOT NULL,
+    rows integer DEFAULT 24 NOT NULL,
+    port_label text DEFAULT ''::text NOT NULL,
+    port integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    connected_at timestamp with time zone,
+    closed_at timestamp with time zone,
+    close_reason text,
+    exit_code integer,
+    bytes_in bigint DEFAULT 0 NOT NULL,
+    bytes_out bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT interactive_sessions_credential_sha256_check CHECK ((credential_sha256 ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT interactive_sessions_id_check CHECK ((id ~ '^ses_[A-Za-z0-9_-]{32}$'::text)),
+    CONSTRAINT interactive_sessions_kind_check CHECK ((kind = ANY (ARRAY['exec'::text, 'port-forward'::text, 'proxy'::text]))),
+    CONSTRAINT interactive_sessions_task_index_check CHECK ((task_index >= 0))
+);
 CREATE TABLE api.job_secrets (
     job_id text NOT NULL,
     name text NOT NULL,
@@ -473,7 +503,7 @@ CREATE TABLE api.tokens (
     scopes text[] NOT NULL,
     expires_at timestamp with time zone,
     created_by text DEFAULT 'corral'::text NOT NULL,
-    CONSTRAINT tokens_scopes_check CHECK (((cardinality(scopes) > 0) AND (scopes <@ '{read,submit,admin}'::text[])))
+    CONSTRAINT tokens_scopes_check CHECK (((cardinality(scopes) > 0) AND (scopes <@ '{read,submit,admin,exec}'::text[])))
 );
 CREATE TABLE api.users (
     name text NOT NULL,
@@ -492,6 +522,7 @@ CREATE TABLE api.virtual_clusters (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_by text DEFAULT 'corral'::text NOT NULL,
     allowed_groups text[],
+    interactive boolean DEFAULT true NOT NULL,
     CONSTRAINT virtual_clusters_max_gpus_per_user_check CHECK (((max_gpus_per_user IS NULL) OR (max_gpus_per_user >= 0))),
     CONSTRAINT virtual_clusters_quota_check CHECK ((jsonb_typeof(quota) = 'object'::text))
 );
@@ -866,6 +897,8 @@ ALTER TABLE ONLY api.groups
     ADD CONSTRAINT groups_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (username, key);
+ALTER TABLE ONLY api.interactive_sessions
+    ADD CONSTRAINT interactive_sessions_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.job_secrets
     ADD CONSTRAINT job_secrets_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE ONLY api.jobs
@@ -943,6 +976,9 @@ CREATE INDEX audit_log_by_target ON api.audit_log USING btree (target, id) WHERE
 CREATE INDEX audit_log_by_user ON api.audit_log USING btree (username, id);
 CREATE INDEX group_members_by_user ON api.group_members USING btree (username);
 CREATE INDEX idempotency_keys_created ON api.idempotency_keys USING btree (created_at);
+CREATE INDEX interactive_sessions_by_age ON api.interactive_sessions USING btree (created_at);
+CREATE INDEX interactive_sessions_by_job ON api.interactive_sessions USING btree (job_id, created_at DESC);
+CREATE INDEX interactive_sessions_by_user ON api.interactive_sessions USING btree (username, created_at DESC);
 CREATE INDEX jobs_active ON api.jobs USING btree (state, created_at) WHERE (state = ANY (ARRAY['PENDING'::text, 'SCHEDULED'::text, 'RUNNING'::text]));
 CREATE INDEX jobs_finished ON api.jobs USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 CREATE INDEX jobs_newest_first ON api.jobs USING btree (created_at DESC, id DESC);

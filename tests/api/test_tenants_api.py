@@ -111,6 +111,32 @@ async def test_another_users_job_is_not_found(teams: Teams, db: Database) -> Non
     assert (await teams.alice.post(f"/api/v1/jobs/{mine}/cancel")).json()["state"] == "CANCELLED"
 
 
+async def test_a_tensorboard_reads_only_event_files_of_a_job_its_submitter_may_read(
+    teams: Teams, db: Database
+) -> None:
+    bobs = (await teams.bob.post("/api/v1/jobs", json=_spec("speech"))).json()["id"]
+    alices = (await teams.alice.post("/api/v1/jobs", json=_spec("vision"))).json()["id"]
+
+    def board(source: str) -> dict[str, object]:
+        task = {
+            "name": "tensorboard",
+            "command": "true",
+            "event_files_from": source,
+            "ports": {"tensorboard": 1},
+        }
+        return {"name": "tensorboard", "virtual_cluster": "vision", "tasks": [task]}
+
+    before = await _count(db, "api.jobs")
+    refused = await teams.alice.post("/api/v1/jobs", json=board(bobs))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == (
+        f"tasks.tensorboard.event_files_from names job {bobs!r}, which does not exist or is not yours;"
+        " name one of your own jobs (GET /api/v1/jobs lists them)"
+    )
+    assert await _count(db, "api.jobs") == before, "a refused job is not stored"
+    assert (await teams.alice.post("/api/v1/jobs", json=board(alices))).status_code == 201
+
+
 async def test_vcs_without_access_are_invisible(teams: Teams) -> None:
     async def names(client: httpx.AsyncClient) -> list[str]:
         return [v["name"] for v in (await client.get("/api/v1/virtual-clusters")).json()["items"]]

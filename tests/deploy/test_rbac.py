@@ -15,6 +15,7 @@ import re
 
 from kubernetes_asyncio.client import CoreV1Api
 
+from services.launcher.kubernetes.exec import UPGRADED_SUBRESOURCES
 from tests.deploy.render import OVERLAYS, ROOT, named, of_kind, render
 
 DRIVER = ROOT / "services" / "launcher" / "kubernetes"
@@ -127,6 +128,9 @@ def driver_grants() -> set[Grant]:
     grants: set[Grant] = set()
     for path in sorted(DRIVER.glob("*.py")):
         grants |= grants_called(path.read_text(), str(path.relative_to(ROOT)))
+    # exec and port-forward are WebSocket upgrades (a GET, authorised as get and create),
+    # not CoreV1Api calls, so the derivation above cannot see them.
+    grants |= {(f"pods/{sub}", verb) for sub in UPGRADED_SUBRESOURCES for verb in ("get", "create")}
     return grants
 
 

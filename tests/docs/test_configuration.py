@@ -53,16 +53,25 @@ def _source_files() -> Iterator[Path]:
         yield ROOT / name
 
 
-def _on_page(name: str, page_names: set[str]) -> bool:
-    """A name is on the page, or is a prefix (``CORRAL_AGENT_``) of one that is."""
-    return name in page_names or (name.endswith("_") and any(n.startswith(name) for n in page_names))
+# A family of names on the page, written with a placeholder: ``CORRAL_PORT_<LABEL>``.
+FAMILY = re.compile(r"\b(CORRAL_[A-Z0-9_]+_)<[A-Z_]+>")
+
+
+def _on_page(name: str, page_names: set[str], families: tuple[str, ...] = ()) -> bool:
+    """A name is on the page, or is a prefix (``CORRAL_AGENT_``) of one that is, or one
+    of a family the page names (``CORRAL_PORT_DATA`` of ``CORRAL_PORT_<LABEL>``)."""
+    return (
+        name in page_names
+        or (name.endswith("_") and any(n.startswith(name) for n in page_names))
+        or name.startswith(families)
+    )
 
 
 def test_every_settings_group_is_on_the_page_and_every_setting_described() -> None:
     groups = _settings_classes()
     assert groups, "no settings classes found: the discovery is broken"
     assert groups == set(settings_groups()), (
-        f"settings groups missing from tests/config_reference.py SECTIONS: "
+        f"settings groups missing from tests/config_sections.py SECTIONS: "
         f"{sorted(c.__name__ for c in groups - set(settings_groups()))}"
     )
     undescribed = [
@@ -81,15 +90,17 @@ def test_the_committed_page_is_current() -> None:
 
 
 def test_every_corral_name_in_the_source_is_on_the_page() -> None:
-    page_names = set(NAME.findall(PAGE.read_text()))
+    page = PAGE.read_text()
+    page_names = set(NAME.findall(page))
+    families = tuple(FAMILY.findall(page))
     missing: dict[str, str] = {}
     for path in _source_files():
         for name in NAME.findall(path.read_text(errors="replace")):
-            if not _on_page(name, page_names):
+            if not _on_page(name, page_names, families):
                 missing.setdefault(name, str(path.relative_to(ROOT)))
     assert not missing, (
         f"CORRAL_* names on no row of {PAGE.relative_to(ROOT)} (name: first file): {missing}; add them "
-        f"to a settings class or to tests/config_reference.py, then run {REGENERATE}"
+        f"to a settings class or to tests/config_sections.py, then run {REGENERATE}"
     )
 
 
@@ -111,3 +122,7 @@ def test_the_checks_see_a_missing_name() -> None:
     assert _on_page("CORRAL_AGENT_", page_names)
     assert not _on_page("CORRAL_NO_SUCH_SETTING", page_names)
     assert not _on_page("CORRAL_NO_SUCH_", page_names)
+    families = tuple(FAMILY.findall(PAGE.read_text()))
+    assert "CORRAL_PORT_" in families
+    assert _on_page("CORRAL_PORT_JUPYTER", page_names, families)
+    assert not _on_page("CORRAL_PORTS", page_names, families)

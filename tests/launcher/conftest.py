@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from services.launcher.agent.sandbox.sandbox import Sandbox
 from tests.launcher.fake_kube_api import FakeKubeApi
+from tests.launcher.sandboxes import sandbox_for_tests
 
 
 @pytest.fixture
@@ -16,3 +19,11 @@ async def kube() -> AsyncIterator[FakeKubeApi]:
     await fake.start()
     yield fake
     await fake.close()
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    """A sandbox as an agent opens one (root only: its tests are skipped otherwise)."""
+    opened = sandbox_for_tests(tmp_path)
+    yield opened
+    opened.close()

@@ -20,7 +20,9 @@ kubernetes-asyncio client talks to it), only the calls the driver makes, and hon
   space, once per line even when the line came in pieces; ``sinceTime`` leaves out the
   lines written before it; 400 while the container has not started. The test scripts
   the output (``append_log``), and may stamp it with times of its choosing, equal ones
-  included, to show what a resumed stream must not repeat.
+  included, to show what a resumed stream must not repeat;
+- ``pods/exec`` and ``pods/portforward`` WebSockets, their framing as the API server
+  speaks it, over a scripted process (``fake_kube_exec.py``; ``streams``).
 
 There is no scheduler and no kubelet: the test scripts pod status (``set_status``) and
 the status builders below produce what a kubelet would write. No admission, no
@@ -41,6 +43,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+
+from tests.launcher.fake_kube_exec import PodStreams
 
 Object = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
@@ -148,6 +152,7 @@ class FakeKubeApi:
         self._watch_epoch = 0
         self._closing = False
         self._runner: web.AppRunner | None = None
+        self.streams = PodStreams(self)
         self.url = ""
 
     # -- lifecycle --------------------------------------------------------------
@@ -161,6 +166,7 @@ class FakeKubeApi:
         app.router.add_get(pods + "/{name}", self._get_pod)
         app.router.add_delete(pods + "/{name}", self._delete_pod)
         app.router.add_get(pods + "/{name}/log", self._pod_log)
+        self.streams.routes(app, pods)
         app.router.add_post(services, self._create_service)
         app.router.add_get(services, self._list_services)
         app.router.add_get(services + "/{name}", self._get_service)

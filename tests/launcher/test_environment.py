@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.launcher.agent.environment import Peer, distributed_environment
+from services.launcher.agent.environment import Peer, distributed_environment, task_environment
 from shared.jobs import JobSpec
 
 SPEC = JobSpec.model_validate(
@@ -48,3 +48,19 @@ def test_openpai_variables() -> None:
     assert env["PAI_HOST_IP_worker_2"] == "10.0.0.2"
     assert env["PAI_PORT_LIST_worker_1_http"] == "30002"
     assert env["PAI_PORT_LIST_master_0_master"] == "29500"
+
+
+def test_each_port_label_gives_its_port_and_its_path_through_the_proxy() -> None:
+    env = task_environment(
+        SPEC,
+        job_id="job-01jz0000000000000000000000",
+        role="worker",
+        task_index=1,
+        attempt_id="att-1",
+        attempt_no=1,
+        gpu_indices=[],
+        peers=PEERS,
+    )
+    assert env["CORRAL_PORT_HTTP"] == "30002"
+    assert env["CORRAL_PROXY_PATH_HTTP"] == "/proxy/job-01jz0000000000000000000000/worker-1/http/"
+    assert "CORRAL_PORT_MASTER" not in env  # another task's label

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from shared.events import TaskAssigned, parse_event
 from shared.events.jobs import TaskAssignedData
 from tests.launcher import attempts
 from tests.launcher.fake_kube_api import FakeKubeApi, running, terminated
+from tests.launcher.launcher_process import kubernetes_launcher_env, start_launcher
 
 NODE = "k8s-gpu-1"
 SETTINGS = KubernetesSettings(namespace="corral", retry_delay_s=0.05, default_image="busybox:1.36")
@@ -188,26 +187,10 @@ async def test_the_launcher_service_runs_tasks_as_pods_when_told_to(
 ) -> None:
     """The real launcher process, CORRAL_LAUNCHER_DRIVER=kubernetes, credentials from a
     kubeconfig that points at the fake API server."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{kube.url}'}}}}]\n"
-        "users: [{name: fake, user: {token: not-checked}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: fake, namespace: corral}}]\n"
-    )
     await attempts.known_nodes(db, NODE, "local")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "KUBERNETES_"))},
-        "CORRAL_DATABASE_URL": database_url,
-        "CORRAL_NATS_URL": nats_url,
-        "CORRAL_HOME": str(tmp_path),
-        "CORRAL_LAUNCHER_DRIVER": "kubernetes",
-        "CORRAL_LAUNCHER_RECONCILE_INTERVAL_S": "0.2",
-        "CORRAL_KUBERNETES_NODE_PATTERN": "^k8s-",
-        "KUBECONFIG": str(kubeconfig),
-    }
+    env = kubernetes_launcher_env(tmp_path, kube.url, "not-checked", database_url, nats_url)
     output = tmp_path / "launcher.log"
-    launcher = _start_launcher(env, output)
+    launcher = start_launcher(env, output)
     try:
         (attempt_id,) = await assigned(db, instances=1)  # the reconcile loop finds it
         name = pod_name(attempt_id)
@@ -235,8 +218,3 @@ async def test_the_launcher_service_runs_tasks_as_pods_when_told_to(
             launcher.kill()
             raise
     assert code == 0, output.read_text()
-
-
-def _start_launcher(env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
-    with output.open("wb") as log:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "services.launcher"], env=env, stdout=log, stderr=log)

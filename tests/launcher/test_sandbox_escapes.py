@@ -32,13 +32,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs roo
 
 
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    opened = sandbox_for_tests(tmp_path)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
 def outside() -> Iterator[Path]:
     """A directory outside /tmp (which a task sees as its own empty tmpfs), root's."""
     directory = Path(tempfile.mkdtemp(prefix="corral-escape-", dir="/var/lib"))

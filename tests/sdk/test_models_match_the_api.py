@@ -39,6 +39,7 @@ MIRRORS: dict[type[BaseModel], str] = {
     models.Group: "GroupView",
     models.HealthEvent: "HealthEventView",
     models.HistoryPoint: "HistoryPoint",
+    models.InteractiveSession: "SessionCreated",
     models.Job: "JobView",
     models.JobPage: "JobList",
     models.JoinToken: "JoinTokenCreated",

@@ -188,6 +188,13 @@ async def test_a_connection_without_or_with_wrong_credentials_is_refused(
         (node_user("a"), publish("corral.task.started.a")),  # lifecycle: via Postgres only
         (node_user("a"), publish("corral.job.succeeded.job-1")),
         (node_user("a"), subscribe("corral.logs.b")),
+        # another node's interactive streams: its keystrokes, its open requests, its output
+        (node_user("a"), subscribe("corral.interactive.b.in.0123456789abcdef0123456789abcdef")),
+        (node_user("a"), subscribe("corral.interactive.b.open")),
+        (node_user("a"), publish("corral.interactive.b.out.0123456789abcdef0123456789abcdef")),
+        (node_user("a"), publish("corral.interactive.a.in.0123456789abcdef0123456789abcdef")),
+        (INTEGRATOR, subscribe("corral.interactive.a.out.0123456789abcdef0123456789abcdef")),
+        ("scheduler", publish("corral.interactive.a.open")),
         (node_user("a"), subscribe("corral.>")),
         (node_user("a"), subscribe("_INBOX_api.>")),
         (node_user("a"), create_consumer("CORRAL_JOBS", "agent-b", "corral.task.assigned.b")),

@@ -73,6 +73,7 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "api.idempotency_keys":             ("SIUD", "",     "",     "",     "",     ""),
     "api.join_tokens":                  ("SIU",  "",     "",     "",     "",     ""),
     "api.portal_sessions":              ("SID",  "",     "",     "",     "",     ""),
+    "api.interactive_sessions":         ("SIUD", "",     "",     "",     "",     ""),
     "api.job_secrets":                  ("SI",   "",     "S",    "",     "",     ""),
     "api.jobs":                         ("SIU",  "SU",   "SU",   "",     "S",    ""),
     "api.tokens":                       ("SIU",  "",     "",     "",     "",     ""),

@@ -30,6 +30,7 @@ from corral.sdk.models.cluster import (
     VirtualCluster,
 )
 from corral.sdk.models.events import Event
+from corral.sdk.models.interactive import InteractiveSession
 from corral.sdk.models.jobs import (
     JOB_STATES,
     TERMINAL_STATES,
@@ -71,6 +72,7 @@ __all__ = [
     "Group",
     "HealthEvent",
     "HistoryPoint",
+    "InteractiveSession",
     "Job",
     "JobPage",
     "JoinToken",

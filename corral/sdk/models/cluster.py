@@ -142,6 +142,7 @@ class VirtualCluster(Model):
     description: str = ""
     quota: dict[str, int]
     max_gpus_per_user: int | None = None
+    interactive: bool = True
     usage: dict[str, Usage] = Field(default_factory=dict)
     pending_jobs: int = 0
     running_jobs: int = 0

@@ -116,6 +116,7 @@ class VcRow:
     quota: dict[str, int]
     max_gpus_per_user: int | None
     allowed_groups: list[str] | None
+    interactive: bool
     created_at: datetime
     updated_at: datetime
     updated_by: str
@@ -240,17 +241,27 @@ class ClusterRepository:
         by: str,
         allowed: list[str] | None = None,
         set_access: bool = False,
+        interactive: bool | None = None,
     ) -> VcWrite:
         """Create or replace the VC's definition. With ``set_access`` its access list
         becomes ``allowed`` (None: open to every user); without, the list is kept (a new
-        VC is open). Nothing is written when a group named does not exist."""
+        VC is open). ``interactive`` None keeps the switch as it is (on for a new VC).
+        Nothing is written when a group named does not exist."""
         async with self.db.transaction() as conn:
             if allowed:
                 found = {r["name"] for r in await conn.fetch(SQL.lock_groups, allowed)}
                 if missing := sorted(set(allowed) - found):
                     return VcWrite(missing_groups=missing)
             created = await conn.fetchval(
-                SQL.upsert_vc, name, description, quota, max_gpus_per_user, by, allowed, set_access
+                SQL.upsert_vc,
+                name,
+                description,
+                quota,
+                max_gpus_per_user,
+                by,
+                allowed,
+                set_access,
+                interactive,
             )
         return VcWrite(created=bool(created))
 

@@ -14,6 +14,10 @@ Access. A VC's ``allowed_groups`` says who may use it: ``null`` (the default, an
 asked for by name) nor submits to it (403). Admins see and use every VC. A ``PUT`` that
 leaves ``allowed_groups`` out keeps the list as it is, so resizing a quota can never open
 a VC by accident; deleting a group takes it off every list, never opening one.
+
+Interactive access. ``interactive`` (true by default) lets the owners of the VC's running
+jobs open a shell, a port or a proxied page in their tasks (``services/api/interactive``);
+false refuses every new one with 403. Left out, a ``PUT`` keeps it as it is.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ class VirtualClusterSpec(BaseModel):
         " Left out, a PUT keeps the VC's list as it is",
     )
 
+    interactive: bool = Field(
+        default=True,
+        description="whether the owners of its running jobs may exec into them, forward their ports"
+        " and reach them through the proxy. Left out, a PUT keeps it as it is (true for a new VC)",
+    )
+
     @field_validator("allowed_groups")
     @classmethod
     def _distinct_groups(cls, value: list[str] | None) -> list[str] | None:
@@ -93,6 +103,7 @@ class VirtualClusterView(BaseModel):
     quota: dict[str, int]
     max_gpus_per_user: int | None
     allowed_groups: list[str] | None = Field(description="who may use it: null means every user")
+    interactive: bool = Field(description="whether its jobs' owners may exec into their running tasks")
     usage: dict[str, Usage] = Field(description="GPUs held now, per GPU type")
     pending_jobs: int
     running_jobs: int
@@ -116,6 +127,7 @@ class VirtualClusterView(BaseModel):
             quota=row.quota,
             max_gpus_per_user=row.max_gpus_per_user,
             allowed_groups=row.allowed_groups,
+            interactive=row.interactive,
             usage=usage,
             pending_jobs=row.pending_jobs,
             running_jobs=row.running_jobs,
@@ -178,6 +190,7 @@ async def put_vc(
         principal.username,
         spec.allowed_groups,
         set_access="allowed_groups" in spec.model_fields_set,
+        interactive=spec.interactive if "interactive" in spec.model_fields_set else None,
     )
     if written.missing_groups:
         raise InvalidInput(

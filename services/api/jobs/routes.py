@@ -32,7 +32,7 @@ from services.api.jobs.submission import Submitter
 from services.api.settings import ApiSettings
 from services.api.tenants.auth import AuthenticatedPrincipal, Principal
 from shared.dry_run import DryRunAnswer, DryRunRequest
-from shared.errors import NotFound, TransientError
+from shared.errors import InvalidInput, NotFound, TransientError
 from shared.jobs import NAME_PATTERN, JobSpec, JobState
 from shared.request_types import Timestamp
 
@@ -47,6 +47,21 @@ async def _visible_job(repo: JobRepository, job_id: str, principal: Principal) -
     if job is None or not (principal.is_admin or job.username == principal.username):
         raise NotFound(f"no job with id {job_id!r}; list your jobs with GET /api/v1/jobs")
     return job
+
+
+async def _check_event_sources(repo: JobRepository, spec: JobSpec, principal: Principal) -> None:
+    """A role's ``event_files_from`` copies another job's files into it: the submitter
+    must be allowed to read that job, as if they asked for its logs."""
+    for role in spec.tasks:
+        source = role.event_files_from
+        if source is None:
+            continue
+        job = await repo.get_job(source)
+        if job is None or not (principal.is_admin or job.username == principal.username):
+            raise InvalidInput(
+                f"tasks.{role.name}.event_files_from names job {source!r}, which does not exist or is not"
+                " yours; name one of your own jobs (GET /api/v1/jobs lists them)"
+            )
 
 
 SUBMITTED = 201
@@ -105,6 +120,7 @@ async def submit_job(
     Refused, with nothing stored: a VC you may not use (403), and a job no registered node
     could ever hold, or a VC that does not exist (422, which the schema cannot say)."""
     job = await _read(request, settings)
+    await _check_event_sources(repo, job.spec, principal)
     key = None
     if idempotency_key is not None:
         key = IdempotencyKey(check_key(idempotency_key), job.digest, settings.idempotency_retention_s)

@@ -10,6 +10,10 @@ before it (``SCOPE_ORDER``), so a ``submit`` token can read what it submitted an
 ``admin`` token can do all three. What a request needs follows from its method, here,
 once, so no route can forget: reads (GET, HEAD) need ``read``, everything else
 ``submit``; admin-only operations also call ``require_admin``, which needs ``admin``.
+``exec`` (a shell, a port or a proxied page inside a running task) stands outside that
+ladder: running commands in a task is more than submitting one, so a token carries it
+only when it was made with it, or is an ``admin`` token (``implied``); the interactive
+routes ask for it with ``require_scope``.
 A token acts for its user only with the scopes that user may still hold (``admin`` only
 while the user is an admin), checked on every verification: demoting a user disarms their
 admin tokens within ``TOKEN_CACHE_S``, and a token can never carry more than its user.
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from services.api.dependencies import database
 from services.api.tenants.dependencies import TenantsRepo
@@ -45,20 +50,34 @@ TOKEN_CACHE_S = 5.0
 TOKEN_PREFIX = "crl_"  # noqa: S105  # a prefix that makes leaked tokens greppable, not a secret
 BOOTSTRAP_TOKEN_ID = "tok-admin-bootstrap"  # noqa: S105  # an id, not a secret
 
-Scope = Literal["read", "submit", "admin"]
+Scope = Literal["read", "submit", "admin", "exec"]
 SCOPE_ORDER: tuple[Scope, ...] = ("read", "submit", "admin")
+# Every scope, in the order they are listed; ``exec`` is not on the ladder above.
+ALL_SCOPES: tuple[Scope, ...] = (*SCOPE_ORDER, "exec")
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def implied(scopes: Iterable[str]) -> frozenset[Scope]:
-    """Every scope the given ones grant: each implies those before it in ``SCOPE_ORDER``."""
-    highest = max((SCOPE_ORDER.index(s) for s in scopes if s in SCOPE_ORDER), default=-1)
-    return frozenset(SCOPE_ORDER[: highest + 1])
+    """Every scope a token made with the given ones holds: each implies those before it in
+    ``SCOPE_ORDER``; ``exec`` only itself (an ``admin`` token acts with it as long as it
+    acts as an admin: ``with_admin_powers``)."""
+    given = set(scopes)
+    highest = max((SCOPE_ORDER.index(s) for s in given if s in SCOPE_ORDER), default=-1)
+    granted: set[Scope] = set(SCOPE_ORDER[: highest + 1])
+    if "exec" in given:
+        granted.add("exec")
+    return frozenset(granted)
+
+
+def with_admin_powers(scopes: frozenset[Scope]) -> frozenset[Scope]:
+    """``admin`` implies ``exec``; derived at each verification rather than stored, so a
+    demoted admin's old token loses both together."""
+    return scopes | {"exec"} if "admin" in scopes else scopes
 
 
 def allowed_for_role(role: str) -> frozenset[Scope]:
     """The scopes a user of this role may hold."""
-    return frozenset(SCOPE_ORDER) if role == "admin" else frozenset(("read", "submit"))
+    return frozenset(ALL_SCOPES) if role == "admin" else frozenset(("read", "submit", "exec"))
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,7 @@ class Principal:
 
     username: str
     role: str
-    scopes: frozenset[Scope] = frozenset(SCOPE_ORDER)
+    scopes: frozenset[Scope] = frozenset(ALL_SCOPES)
     token_id: str | None = None
 
     @property
@@ -109,7 +128,7 @@ async def upsert_token(
 ) -> None:
     """A token made outside the API (the bootstrap admin's; tests'): its user gets
     ``role`` and the token every scope that role may hold, without expiry."""
-    scopes = [s for s in SCOPE_ORDER if s in allowed_for_role(role)]
+    scopes = [s for s in ALL_SCOPES if s in allowed_for_role(role)]
     await repo.upsert_token(token_id, name, sha256, username, role, scopes)
 
 
@@ -143,11 +162,15 @@ async def current_principal(request: Request, repo: TenantsRepo, cache: Tokens) 
 def check_scope(principal: Principal, method: str) -> None:
     """403 unless the principal's token carries the scope ``method`` needs: ``read`` for
     reads, ``submit`` for everything else."""
-    needed: Scope = "read" if method in _READ_METHODS else "submit"
+    require_scope(principal, "read" if method in _READ_METHODS else "submit", method)
+
+
+def require_scope(principal: Principal, needed: Scope, to: str) -> None:
+    """403 unless the principal's token carries ``needed``; ``to`` says what needs it."""
     if needed not in principal.scopes:
-        held = ", ".join(s for s in SCOPE_ORDER if s in principal.scopes) or "none"
+        held = ", ".join(s for s in ALL_SCOPES if s in principal.scopes) or "none"
         raise Forbidden(
-            f"this token has the scopes {held}; {method} needs a token with the {needed!r} scope"
+            f"this token has the scopes {held}; {to} needs a token with the {needed!r} scope"
             " (create one with POST /api/v1/tokens)"
         )
 
@@ -174,6 +197,16 @@ async def still_stands_for(request: Request, principal: Principal) -> bool:
         return False
 
 
+async def principal_of_bearer(conn: HTTPConnection, token: str) -> tuple[Principal, str]:
+    """Whom a bearer token stands for now, and its hash, for a caller that verifies on its
+    own rather than through ``AuthenticatedPrincipal`` (a WebSocket; a route that also
+    takes the portal's cookie). Raises ``Unauthorized`` as ``principal_of``; checks no scope."""
+    digest = hash_token(token.strip())
+    repo = TenantRepository(conn.app.state.db)
+    cache: TokenCache = conn.app.state.token_cache
+    return await principal_of(cache, repo, digest), digest
+
+
 def _verified(grant: TokenGrant | None) -> Principal:
     if grant is None:
         raise Unauthorized("the bearer token is unknown; check it, or ask an admin for a new one")
@@ -187,7 +220,7 @@ def _verified(grant: TokenGrant | None) -> Principal:
     return Principal(
         username=grant.username,
         role=grant.role,
-        scopes=implied(grant.scopes) & allowed_for_role(grant.role),
+        scopes=with_admin_powers(implied(grant.scopes) & allowed_for_role(grant.role)),
         token_id=grant.id,
     )
 

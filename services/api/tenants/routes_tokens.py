@@ -3,7 +3,8 @@
 Users manage their own tokens; admins list and revoke anyone's and may create one for
 another user (how a new user gets their first token). A new token's scopes may not exceed
 what its user may hold (``admin`` for admins only) nor, for your own tokens, what the
-token making it carries: a ``submit`` token cannot mint an ``admin`` one. Every token
+token making it carries: a ``submit`` token cannot mint an ``admin`` one, nor one
+without ``exec`` an ``exec`` one. Every token
 expires (default ``DEFAULT_TTL``, at most ``MAX_TTL``); only the bootstrap admin token,
 kept in ``$CORRAL_HOME/admin-token``, does not.
 """
@@ -20,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.api.audit import set_audit_target
 from services.api.tenants import lookups
 from services.api.tenants.auth import (
+    ALL_SCOPES,
     BOOTSTRAP_TOKEN_ID,
-    SCOPE_ORDER,
     TOKEN_PREFIX,
     AuthenticatedPrincipal,
     Scope,
@@ -61,8 +62,9 @@ class TokenSpec(BaseModel):
     scopes: list[Scope] = Field(
         default_factory=_default_scopes,
         min_length=1,
-        max_length=3,
-        description="read, submit, admin; each implies those before it",
+        max_length=4,
+        description="read, submit, admin: each implies those before it; exec (a shell, a port or a"
+        " proxied page in a running task of yours) only when asked for, or with admin",
     )
     expires_at: Timestamp | None = Field(
         default=None, description="when it stops working (default in 90 days; at most a year away)"
@@ -150,7 +152,7 @@ async def create_token(
     if expires_at > now + MAX_TTL:
         raise InvalidInput("expires_at is more than a year away; tokens live a year at most")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    scopes = [s for s in SCOPE_ORDER if s in wanted]
+    scopes = [s for s in ALL_SCOPES if s in wanted]
     by = principal.username
     row = await repo.create_token(
         new_token_id(), owner, spec.name, hash_token(secret), scopes, expires_at, by
@@ -200,4 +202,4 @@ async def revoke_token(
 
 
 def _names(scopes: frozenset[Scope]) -> str:
-    return ", ".join(s for s in SCOPE_ORDER if s in scopes)
+    return ", ".join(s for s in ALL_SCOPES if s in scopes)

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.api.tenants import lookups
-from services.api.tenants.auth import SCOPE_ORDER, AuthenticatedPrincipal, Tokens, require_admin
+from services.api.tenants.auth import ALL_SCOPES, AuthenticatedPrincipal, Tokens, require_admin
 from services.api.tenants.dependencies import TenantsRepo
 from services.api.tenants.repository import Role, UserRow
 from shared.errors import Conflict
@@ -83,7 +83,7 @@ async def who_am_i(principal: AuthenticatedPrincipal, repo: TenantsRepo) -> WhoA
         user=principal.username,
         role=user.role,
         is_admin=principal.is_admin,
-        scopes=[s for s in SCOPE_ORDER if s in principal.scopes],
+        scopes=[s for s in ALL_SCOPES if s in principal.scopes],
         token_id=principal.token_id,
         groups=user.groups,
         virtual_clusters=await repo.usable_vcs(principal.vc_user),

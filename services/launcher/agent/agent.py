@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from services.launcher import metrics
 from services.launcher.agent import sandboxed
 from services.launcher.agent.environment import Peer, task_environment
+from services.launcher.agent.event_files import EventFileCopies
 from services.launcher.agent.processes import (
     Exit,
     TaskFiles,
@@ -64,6 +65,7 @@ class NodeAgent:
         stop_grace_s: float = 10.0,
         sandbox: Sandbox | None = None,
         node_secret: str | None = None,
+        on_task_end: Callable[[str], None] | None = None,
     ) -> None:
         self._records = NodeRepository(db, node_id, node_secret)
         self._tg = tg
@@ -75,7 +77,21 @@ class NodeAgent:
         self._sandbox = sandbox
         self._isolation_detail = ""
         self._tasks: dict[str, Task] = {}
+        self._on_task_end = on_task_end  # (the interactive sessions of the attempt end with it)
+        self.event_files = EventFileCopies(tg)
         self.epoch: int | None = None
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        return self._sandbox
+
+    def task(self, attempt_id: str) -> Task | None:
+        """What this agent knows of an attempt it handles (None: not one of its own)."""
+        return self._tasks.get(attempt_id)
+
+    def work_dir_of(self, job_id: str) -> Path:
+        """The working directory of a job's tasks on this node."""
+        return self._work_dir / job_id
 
     # --- lease -----------------------------------------------------------------------
 
@@ -151,7 +167,8 @@ class NodeAgent:
         spec = JobSpec.model_validate(row["spec"])
         task.job_id, task.generation = row["job_id"], row["generation"]
         task.rules = tuple(spec.retry.rules)
-        role, index = row["task_role"], row["task_index"]
+        role, index = task.role, task.index = row["task_role"], row["task_index"]
+        task.ports = next((p.ports for p in peers if (p.role, p.index) == (role, index)), {})
         task.log_path = self._log_dir / task.job_id / f"{role}-{index}" / f"attempt-{row['attempt_no']}.log"
         task.files = TaskFiles.for_attempt(self._state_dir, task.attempt_id)
         env = task_environment(
@@ -192,7 +209,13 @@ class NodeAgent:
             log.warning("attempt %s was taken from this agent while starting; killing it", task.attempt_id)
             self._fence(task)
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
+        self._follow_event_files(task, spec)
         return True
+
+    def _follow_event_files(self, task: Task, spec: JobSpec) -> None:
+        source = next(r.event_files_from for r in spec.tasks if r.name == task.role)
+        if source is not None:
+            self.event_files.follow(task.attempt_id, self._work_dir / source, self.work_dir_of(task.job_id))
 
     async def _finish_sandbox(self, task: Task) -> None:
         if self._sandbox is not None:
@@ -232,6 +255,9 @@ class NodeAgent:
                         )
                 outcome = await wait
                 task.ended = True
+                self.event_files.stop(task.attempt_id)
+                if self._on_task_end is not None:
+                    self._on_task_end(task.attempt_id)
                 outcome = sandboxed.verdict(task, outcome)
                 await self._report_until_recorded(task, outcome)
                 await self._finish_sandbox(task)
@@ -349,6 +375,9 @@ class NodeAgent:
                 attempt_id,
                 job_id=row["job_id"],
                 generation=row["generation"],
+                role=row["task_role"],
+                index=row["task_index"],
+                ports=dict(row["ports"] or {}),
                 files=TaskFiles.for_attempt(self._state_dir, attempt_id),
                 log_path=Path(row["log_path"]) if row["log_path"] else None,
                 rules=tuple(spec.retry.rules),
@@ -387,6 +416,7 @@ class NodeAgent:
             if state == "STARTING":
                 await self._report_started(task, ticks, None)
             self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
+            self._follow_event_files(task, spec)
             return
         if task.cgroup is not None and task.cgroup.processes():
             # Its helper is gone but processes of it run on: nothing would record their end.

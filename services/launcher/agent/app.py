@@ -15,7 +15,8 @@ too, and it runs no outbox relay (the launcher's publishes its events).
 
 The agent answers for its tasks' logs on ``corral.logs.<node>`` (``task_logs.py``: the
 API asks; no inbound port) and deletes those past the node's retention
-(``log_retention.py``).
+(``log_retention.py``). It serves exec and port-forward streams into its running tasks
+on ``corral.interactive.<node>.*`` the same way (``interactive/``: the API opens them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sys
 from pathlib import Path
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
+from services.launcher.agent.interactive.server import InteractiveServer
 from services.launcher.agent.repository import NodeDeadLetters, NodeLiveness, NodeRepository
 from services.launcher.agent.sandbox.sandbox import (
     Sandbox,
@@ -43,6 +45,7 @@ from shared.bus.identities import node_consumers
 from shared.bus.streams import JOBS
 from shared.db.credentials import SecretFileProblem, read_secret_file
 from shared.db.pool import Database
+from shared.interactive.protocol import INTERACTIVE_QUEUE, open_subject
 from shared.node_logs import LOGS_QUEUE, logs_subject
 from shared.service import every, run_service, service_resources
 
@@ -152,7 +155,10 @@ async def _serve(
             stop_grace_s=settings.agent.stop_grace_s,
             sandbox=sandbox,
             node_secret=node_secret,
+            # (bound late: the server is made just below, with the agent it serves)
+            on_task_end=lambda attempt_id: interactive.task_ended(attempt_id),
         )
+        interactive = InteractiveServer(res.bus.nc, node_id, agent, tg)
         await agent.register(settings.agent.lease_s, isolation_detail)
         res.start_common_tasks(tg)
         tg.create_task(agent.hold_lease(settings.agent.lease_s), name="lease")
@@ -165,6 +171,9 @@ async def _serve(
         retention_hours = settings.agent.log_retention_hours
         logs = LogServer(settings.log_dir, retention_hours)
         tg.create_task(res.bus.answer(logs_subject(node_id), LOGS_QUEUE, logs.answer), name="logs")
+        tg.create_task(
+            res.bus.answer(open_subject(node_id), INTERACTIVE_QUEUE, interactive.answer), name="interactive"
+        )
         retention = LogRetention(
             res.db, settings.log_dir, retention_hours, expired=records(res.db).expired_task_logs
         )

@@ -72,6 +72,18 @@ def distributed_environment(spec: JobSpec, role: str, index: int, peers: list[Pe
     return env
 
 
+def port_environment(job_id: str, role: str, index: int, ports: dict[str, list[int]]) -> dict[str, str]:
+    """For each port label: the task's first port of it, and the path the API's proxy
+    reaches it at (an app that must know its base URL is given this)."""
+    env: dict[str, str] = {}
+    for label, numbers in ports.items():
+        token = _env_token(label).upper()
+        if numbers:
+            env[f"CORRAL_PORT_{token}"] = str(numbers[0])
+        env[f"CORRAL_PROXY_PATH_{token}"] = f"/proxy/{job_id}/{role}-{index}/{label}/"
+    return env
+
+
 def task_environment(
     spec: JobSpec,
     *,
@@ -97,6 +109,9 @@ def task_environment(
     env.update(task_role.env)
     env.update(secrets or {})
     env.update(distributed_environment(spec, role, task_index, peers))
+    me = next((p for p in peers if (p.role, p.index) == (role, task_index)), None)
+    if me is not None:
+        env.update(port_environment(job_id, role, task_index, me.ports))
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_indices),

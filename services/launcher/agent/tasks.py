@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.launcher.agent.processes import TaskFiles, kill_group
@@ -20,6 +20,9 @@ class Task:
     attempt_id: str
     job_id: str = ""
     generation: int = 0
+    role: str = ""
+    index: int = 0
+    ports: dict[str, list[int]] = field(default_factory=dict)  # allocated, by label
     files: TaskFiles | None = None
     log_path: Path | None = None
     rules: tuple[ExitRule, ...] = ()

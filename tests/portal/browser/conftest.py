@@ -12,13 +12,14 @@ How it is wired, and why:
   in as the stack's admin). They are named apart from pytest-playwright's on purpose: a
   test asking for a fixture named ``page`` or ``browser`` is parametrized by that plugin,
   whose sync fixtures and CLI options stay there for poking at a page by hand.
-- **One stack and one Chromium per module.** Starting ``corral up`` takes seconds, so
-  each test module shares one stack (this ``stack`` overrides the function-scoped one of
-  ``tests/fixtures/stack.py``; asking for it still marks a test ``e2e``) on a database of
-  its own, and one browser; every test gets a fresh browser context (cookies, storage),
-  so tests do not see each other's sign-ins or theme. The module's tests run in the
-  module's event loop (``pytestmark = pytest.mark.asyncio(loop_scope="module")`` in each
-  module), as do these fixtures.
+- **One stack and one Chromium for all of them.** Starting ``corral up`` takes seconds,
+  so the browser tests share one stack (this ``stack`` overrides the function-scoped one
+  of ``tests/fixtures/stack.py``; asking for it still marks a test ``e2e``) on a database
+  of their own, and one browser; every test gets a fresh browser context (cookies,
+  storage), so tests do not see each other's sign-ins or theme. A test that needs the
+  cluster in a state (a GPU fault) puts it back when it ends. The tests run in the
+  package's event loop (``pytestmark = pytest.mark.asyncio(loop_scope="package")`` in
+  each module), as do these fixtures.
 - **Debian's Chromium** at ``/usr/bin/chromium``, never ``playwright install`` (it
   downloads a browser, which machines here cannot do). If it is missing it is installed
   with apt once per run, under a file lock so parallel workers do not race; without apt
@@ -88,21 +89,21 @@ def chromium_binary() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def stack_home() -> Iterator[Path]:
     path = world_readable_tempdir("corral-portal-")
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def stack_database_url(pg: PostgresServer) -> AsyncIterator[str]:
-    """A migrated database of this module's own, on the suite's Postgres."""
+    """A migrated database of the browser tests' own, on the suite's Postgres."""
     async with fresh_database(pg, "portal") as url:
         yield url
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def stack(stack_database_url: str, stack_home: Path) -> AsyncIterator[Stack]:
     env = {
         "CORRAL_DATABASE_URL": stack_database_url,
@@ -113,7 +114,7 @@ async def stack(stack_database_url: str, stack_home: Path) -> AsyncIterator[Stac
         yield running
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def chromium(chromium_binary: Path) -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=str(chromium_binary), args=CHROMIUM_ARGS)
@@ -121,7 +122,7 @@ async def chromium(chromium_binary: Path) -> AsyncIterator[Browser]:
         await launched.close()
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture(loop_scope="package")
 async def profile(chromium: Browser, stack: Stack) -> AsyncIterator[BrowserContext]:
     """A fresh browser profile on the stack's portal: no cookies, no stored theme, light
     system theme."""
@@ -131,12 +132,12 @@ async def profile(chromium: Browser, stack: Stack) -> AsyncIterator[BrowserConte
     await fresh.close()
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture(loop_scope="package")
 async def tab(profile: BrowserContext) -> Page:
     return await profile.new_page()
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture(loop_scope="package")
 async def admin_tab(tab: Page, stack: Stack) -> Page:
     """A page signed in with the stack's admin token."""
     await sign_in(tab, stack.token())

@@ -4,13 +4,15 @@ acknowledged there; the node's own page, the VCs, home and usage pages are rende
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from playwright.async_api import Locator, Page, expect
 
-from tests.e2e.stack import Stack
+from tests.e2e.stack import Stack, corral
 from tests.portal.browser.browsing import mark_page, screenshot, still_same_page
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 BROKEN_GPU = 3
 
@@ -88,7 +90,10 @@ async def test_a_gpu_with_an_xid_turns_red_and_its_alert_is_acknowledged(
     await expect(acked).to_have_attribute("data-state", "acknowledged")
     await expect(acked).to_contain_text("by admin")
     await screenshot(page, "alerts-acknowledged")
+    # The other browser tests share this stack: the GPU is mended and its node back in service.
     (stack.home / "gpu-faults.yaml").write_text("")
+    undrained = await asyncio.to_thread(corral, stack, "undrain", node_id)
+    assert undrained.returncode == 0, undrained.stderr
 
 
 async def test_the_other_pages_render(admin_tab: Page, stack: Stack) -> None:

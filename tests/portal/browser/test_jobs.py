@@ -14,7 +14,7 @@ from playwright.async_api import Browser, Page, expect
 from tests.e2e.stack import Stack, corral
 from tests.portal.browser.browsing import DESKTOP, mark_page, screenshot, sign_in, still_same_page, table_rows
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 # Prints a numbered line every 0.4 s for about 8 s: long enough to watch it grow.
 TALKER = "for i in $(seq 1 20); do echo line-$i; sleep 0.4; done"

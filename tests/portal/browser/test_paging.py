@@ -21,7 +21,7 @@ from bench.portal_seed import seed_jobs
 from tests.e2e.stack import Stack
 from tests.portal.browser.browsing import screenshot, table_rows
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 JOBS = 10_000
 PAGE_SIZE = 50
@@ -39,11 +39,15 @@ async def test_following_older_links_walks_all_10000_jobs_newest_first(admin_tab
             conn, JOBS, users=("admin",), prefix="job-page", states=("SUCCEEDED", "FAILED", "CANCELLED")
         )
         expected = [
-            r["id"] for r in await conn.fetch("SELECT id FROM api.jobs ORDER BY created_at DESC, id DESC")
+            r["id"]
+            for r in await conn.fetch(
+                "SELECT id FROM api.jobs WHERE username = 'admin' ORDER BY created_at DESC, id DESC"
+            )
         ]
     finally:
         await conn.close()
-    assert len(expected) == JOBS
+    # The admin's jobs from the other browser tests (the page lists one's own) come too.
+    assert len(expected) >= JOBS
 
     page = admin_tab
     await page.goto("/jobs")
@@ -76,10 +80,11 @@ async def test_following_older_links_walks_all_10000_jobs_newest_first(admin_tab
         assert len(rows) == PAGE_SIZE or older_link is None, (pages, len(rows))
         seen += rows
         href = older_link.group(1) if older_link else None
-        assert pages < JOBS // PAGE_SIZE + 2, "more pages than there are jobs"
+        assert pages <= len(expected) // PAGE_SIZE + 1, "more pages than there are jobs"
     assert len(seen) == len(set(seen)), "a job listed twice"
     assert seen == expected  # all of them, newest first, in the same order as the database
-    assert pages in (JOBS // PAGE_SIZE, JOBS // PAGE_SIZE + 1)
+    full_pages = -(-len(expected) // PAGE_SIZE)
+    assert pages in (full_pages, full_pages + 1)  # (+1: an empty last page after a full one)
     # For the record (not a verdict: the benchmark measures the page's own time).
     print(
         f"{pages} pages; the first {CLICKED_PAGES} clicked: median {statistics.median(took_ms):.0f} ms"

@@ -8,7 +8,7 @@ from playwright.async_api import Page, expect
 from tests.e2e.stack import Stack
 from tests.portal.browser.browsing import screenshot, sign_in
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="package")
 
 
 async def _background(page: Page) -> str:

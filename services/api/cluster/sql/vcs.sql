@@ -2,8 +2,8 @@
 -- Each VC with what it uses now: GPUs held per GPU model (the caller maps models to
 -- types), guaranteed or borrowed, and its jobs waiting and placed. $2: the user asking,
 -- who sees only the VCs open to them (NULL: an admin, who sees every VC).
-SELECT v.name, v.description, v.quota, v.max_gpus_per_user, v.allowed_groups, v.created_at, v.updated_at,
-       v.updated_by,
+SELECT v.name, v.description, v.quota, v.max_gpus_per_user, v.allowed_groups, v.interactive, v.created_at,
+       v.updated_at, v.updated_by,
        (SELECT count(*) FROM api.jobs j WHERE j.virtual_cluster = v.name AND j.state = 'PENDING')
            AS pending_jobs,
        (SELECT count(*) FROM api.jobs j WHERE j.virtual_cluster = v.name AND j.state IN ('SCHEDULED', 'RUNNING'))
@@ -23,13 +23,16 @@ ORDER BY v.name;
 
 -- name: upsert_vc
 -- Returns whether the row is new (xmax = 0 only for an inserted row). The access list
--- ($6) is written only when $7 says it was given: a resize leaves it as it was.
-INSERT INTO api.virtual_clusters (name, description, quota, max_gpus_per_user, updated_by, allowed_groups)
-VALUES ($1, $2, $3, $4, $5, $6)
+-- ($6) is written only when $7 says it was given: a resize leaves it as it was; so is the
+-- interactive switch ($8 NULL: left as it is, on for a new VC).
+INSERT INTO api.virtual_clusters (name, description, quota, max_gpus_per_user, updated_by, allowed_groups,
+                                  interactive)
+VALUES ($1, $2, $3, $4, $5, $6, coalesce($8::boolean, true))
 ON CONFLICT (name) DO UPDATE
 SET description = excluded.description, quota = excluded.quota,
     max_gpus_per_user = excluded.max_gpus_per_user, updated_by = excluded.updated_by, updated_at = now(),
-    allowed_groups = CASE WHEN $7::boolean THEN excluded.allowed_groups ELSE virtual_clusters.allowed_groups END
+    allowed_groups = CASE WHEN $7::boolean THEN excluded.allowed_groups ELSE virtual_clusters.allowed_groups END,
+    interactive = coalesce($8::boolean, virtual_clusters.interactive)
 RETURNING (xmax = 0) AS created;
 
 -- name: lock_vc

@@ -27,6 +27,26 @@
  *
  * Exit file: the task's exit code ("3"), or a minus sign and the signal that
  * killed it ("-9"). The helper exits with the code, or 128 + the signal.
+ *
+ * Join mode (``--join INIT``): run one more command inside a task that is running
+ * (an exec into it), as MAIN would be run:
+ *
+ *   helper (root, the agent's namespaces)
+ *     checks that INIT is the task's: pid 1 of its own pid namespace and a member of
+ *     the task's cgroups (through a pidfd, so a recycled pid is never joined); writes
+ *     its own pid into the task's cgroups; enters INIT's IPC, mount and pid namespaces
+ *     (one setns on the pidfd: all or none); forks CHILD, reports CHILD's pid on
+ *     --pid-fd, relays stop signals to CHILD's process group, waits for CHILD and
+ *     exits with its code (128 + the signal that killed it).
+ *   CHILD (a process of the task's pid namespace, in its cgroups and mounts)
+ *     a session of its own (the controlling terminal on fd 0 with --tty), then the
+ *     same as MAIN: only fds 0, 1 and 2, privileges dropped, the seccomp filter, the
+ *     working directory, the task's environment from --env-fd; execs the command.
+ *
+ * The command's own stdin, stdout and stderr are the helper's (the agent's pty or
+ * pipes); a failure before the command runs is said there, and the helper exits 125.
+ * The helper and CHILD die with their parent (PR_SET_PDEATHSIG): an exec never
+ * outlives the agent that serves it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -45,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -80,6 +101,9 @@ struct mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_f
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 #define FAILED_TO_START 125
 #define MAX_LIST 64
@@ -95,6 +119,10 @@ static char **task_env;        /* MAIN's environment, read from --env-fd (never 
 static int env_fd = -1;
 static int log_fd = -1;
 static int err_fd = -1;        /* a failure before the task runs, for the helper to record */
+static long join_pid = -1;     /* join mode: the running task's INIT */
+static int join_tty;           /* join mode: fd 0 is a terminal, to become CHILD's own */
+static int report_fd = -1;     /* join mode: where CHILD's pid is said */
+static const char *failing = "could not start the task";
 #define MAX_ENV_BYTES (1 << 20)
 
 /* The standard device nodes every task gets in its private /dev (as container runtimes
@@ -118,7 +146,7 @@ static void say(const char *fmt, ...) {
 
 static void die(const char *step) {
     int cause = errno;
-    say("corral-sandbox: could not start the task: %s: %s", step, strerror(cause));
+    say("corral-sandbox: %s: %s: %s", failing, step, strerror(cause));
     if (err_fd >= 0) {
         /* The helper records this line in the exit file, which only root can write: the
          * reason is never taken from the task's own output, which the task controls. */
@@ -142,6 +170,7 @@ static void parse(int argc, char **argv) {
         const char *flag = argv[i];
         if (strcmp(flag, "--") == 0) { i++; break; }
         if (strcmp(flag, "--nodev") == 0) { nodev = 1; continue; }
+        if (strcmp(flag, "--tty") == 0) { join_tty = 1; continue; }
         if (i + 1 >= argc) { errno = EINVAL; die(flag); }
         const char *value = argv[++i];
         if (strcmp(flag, "--pid-file") == 0) pid_file = value;
@@ -156,11 +185,26 @@ static void parse(int argc, char **argv) {
         else if (strcmp(flag, "--device") == 0) add(devices, &n_devices, value);
         else if (strcmp(flag, "--writable") == 0) add(writable, &n_writable, value);
         else if (strcmp(flag, "--readable") == 0) add(readable, &n_readable, value);
+        else if (strcmp(flag, "--join") == 0) join_pid = strtol(value, NULL, 10);
+        else if (strcmp(flag, "--pid-fd") == 0) report_fd = (int)strtol(value, NULL, 10);
         else { errno = EINVAL; die(flag); }
     }
     command = argv + i;
+    if (join_pid != -1) {
+        /* Nothing of a task's start is accepted here: a join never makes mounts, and a
+         * flag that would be ignored is refused rather than silently dropped. */
+        failing = "could not run the command in the task";
+        if (join_pid <= 1 || !workdir || uid <= 0 || gid <= 0 || n_cgroups == 0 || !command[0]
+            || command[0][0] != '/' || pid_file || exit_file || log_file || nodev || n_hidden || n_devices
+            || n_writable || n_readable) {
+            errno = EINVAL;
+            die("usage: corral-sandbox --join PID --uid N --gid N --workdir D --cgroup-procs F... [--env-fd N] "
+                "[--pid-fd N] [--tty] -- /ABSOLUTE/COMMAND ARGS...");
+        }
+        return;
+    }
     if (!pid_file || !exit_file || !log_file || !workdir || uid <= 0 || gid <= 0 || !command[0]
-        || command[0][0] != '/') {
+        || command[0][0] != '/' || join_tty || report_fd >= 0) {
         errno = EINVAL;
         die("usage: corral-sandbox --pid-file F --exit-file F --log F --workdir D --uid N --gid N [--env-fd N] "
             "[--cgroup-procs F]... [--hide D]... [--device F]... [--writable D]... [--readable D]... [--nodev] "
@@ -480,6 +524,128 @@ static void run_init(int out_fd, int go_fd, int status_fd) {
     }
 }
 
+/* --- join mode ------------------------------------------------------------------ */
+
+/* Whether /proc/PID/status says PID is pid 1 of its innermost pid namespace (its
+ * NSpid line has more than one number, the last being 1): a task's INIT. */
+static int is_namespace_init(long pid) {
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    FILE *status = fopen(path, "re");
+    if (!status) return 0;
+    int found = 0;
+    while (fgets(line, sizeof line, status)) {
+        if (strncmp(line, "NSpid:", 6) != 0) continue;
+        int count = 0;
+        long last = 0;
+        for (char *field = strtok(line + 6, " \t\n"); field; field = strtok(NULL, " \t\n")) {
+            last = strtol(field, NULL, 10);
+            count++;
+        }
+        found = count > 1 && last == 1;
+        break;
+    }
+    fclose(status);
+    return found;
+}
+
+/* Whether the cgroup's procs file lists PID. */
+static int in_cgroup(const char *procs, long pid) {
+    FILE *list = fopen(procs, "re");
+    if (!list) die(procs);
+    long member;
+    int found = 0;
+    while (!found && fscanf(list, "%ld", &member) == 1) found = member == pid;
+    fclose(list);
+    return found;
+}
+
+static volatile pid_t child_pid; /* read by the signal handler */
+
+static void relay_to_child(int sig) {
+    /* CHILD leads its own process group (its session): what it started goes with it. */
+    if (child_pid > 0) kill(-child_pid, sig);
+}
+
+static void run_child(void) {
+    if (setsid() < 0) die("setsid");
+    if (join_tty && ioctl(0, TIOCSCTTY, 0) < 0) die("taking the terminal (TIOCSCTTY)");
+    if (syscall(SYS_close_range, 3, ~0U, 0) < 0) die("closing inherited file descriptors");
+    for (int sig = 1; sig < NSIG; sig++) signal(sig, SIG_DFL);
+    drop_privileges();
+    /* After the uid changed (which clears it): the helper gone, CHILD goes too. The
+     * helper is outside the task's pid namespace, so while it lives getppid() says 0;
+     * had it died before the prctl, CHILD was given to the task's INIT: go now. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    if (getppid() != 0) _exit(FAILED_TO_START);
+    confine_syscalls();
+    if (chdir(workdir) < 0) die(workdir);
+    umask(022);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(command[0], command, task_env);
+    die(command[0]);
+}
+
+static int run_joined(void) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) die("PR_SET_PDEATHSIG");
+    read_task_env();
+    /* The pidfd first, every check after: if the checks pass and the process is still
+     * alive, the pidfd is the process they were made on (its pid cannot have been
+     * reused while it lives), and setns on the pidfd joins exactly that one. */
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)join_pid, 0);
+    if (pidfd < 0) die("the task's init process (pidfd_open)");
+    if (!is_namespace_init(join_pid)) {
+        errno = ESRCH;
+        die("the process to join is not a task's init (pid 1 of its own pid namespace)");
+    }
+    for (int i = 0; i < n_cgroups; i++) {
+        if (!in_cgroup(cgroups[i], join_pid)) {
+            errno = ESRCH;
+            die("the process to join is not in the task's cgroup");
+        }
+    }
+    if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0) die("the task's init process");
+
+    char text[32];
+    snprintf(text, sizeof text, "%d", getpid());
+    for (int i = 0; i < n_cgroups; i++) write_file(cgroups[i], text, 0);
+    if (setns(pidfd, CLONE_NEWIPC | CLONE_NEWNS | CLONE_NEWPID) < 0)
+        die("entering the task's namespaces (setns on a pidfd, Linux 5.8+)");
+    close(pidfd);
+
+    struct sigaction action = {0};
+    action.sa_handler = relay_to_child;
+    for (int i = 0; stop_signals[i]; i++) sigaction(stop_signals[i], &action, NULL);
+    child_pid = fork();
+    if (child_pid < 0) die("fork");
+    if (child_pid == 0) run_child();
+    if (report_fd >= 0) {
+        snprintf(text, sizeof text, "%d\n", child_pid);
+        if (write(report_fd, text, strlen(text)) < 0) { /* the agent finds it by its session */ }
+        close(report_fd);
+    }
+    sigset_t stops;
+    stop_signal_set(&stops);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL); /* child_pid is known: stops are relayed now */
+    /* Wait without reaping (CHILD's pid, and so its process group's id, cannot be
+     * reused while it is a zombie), stop relaying, then reap: a stop that comes late is
+     * never sent, as root, to a process group that has taken the id since. */
+    siginfo_t info;
+    while (waitid(P_PID, (id_t)child_pid, &info, WEXITED | WNOWAIT) < 0) {
+        if (errno != EINTR) die("waitid");
+    }
+    sigprocmask(SIG_BLOCK, &stops, NULL);
+    pid_t reaped = child_pid;
+    child_pid = 0;
+    int status;
+    while (waitpid(reaped, &status, 0) < 0) {
+        if (errno != EINTR) die("waitpid");
+    }
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
 /* --- the helper ------------------------------------------------------------------ */
 
 static pid_t init_pid;
@@ -541,6 +707,7 @@ int main(int argc, char **argv) {
     stop_signal_set(&stops);
     sigprocmask(SIG_BLOCK, &stops, NULL);
     parse(argc, argv);
+    if (join_pid != -1) return run_joined();
     char text[600];
     snprintf(text, sizeof text, "%d\n", getpid());
     write_file(pid_file, text, O_CREAT | O_TRUNC);

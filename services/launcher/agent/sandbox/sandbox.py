@@ -3,9 +3,10 @@
 ``Sandbox.prepare`` readies one task (its uid, its working directory, its cores, its
 cgroup with the limits of its spec) and returns the command that starts it through the
 helper (``corral_sandbox.c``: namespaces, mounts, dropped privileges).
-``Sandbox.finish`` takes it down once its helper has exited: whatever is left in its
-cgroup is killed, the cgroup removed, and the job's uid released when no task of the
-job is left on this node.
+``Sandbox.join_argv`` runs one more command inside a running task (an exec: the
+helper's join mode, ``joining.py``). ``Sandbox.finish`` takes it down once its helper
+has exited: whatever is left in its cgroup is killed, the cgroup removed, and the job's
+uid released when no task of the job is left on this node.
 
 ``open_sandbox`` checks, once at the agent's start, that all of it works here: root,
 the cgroup controllers, the helper (built and run once on ``/bin/true``). Each failure
@@ -34,6 +35,7 @@ from services.launcher.agent.sandbox.identities import (
     Identity,
     IdentityProblem,
 )
+from services.launcher.agent.sandbox.joining import RunningTask
 from shared.jobs import Resources
 
 MIB = 1024 * 1024
@@ -159,6 +161,30 @@ class Sandbox:
             "CORRAL_CPUS": placement.cpuset,
         }
         return Launch(argv, env, cgroup, identity, placement)
+
+    def join_argv(
+        self, *, attempt_id: str, job_id: str, task: RunningTask, workdir: Path, command: list[str], tty: bool
+    ) -> list[str]:
+        """The helper's command that runs ``command`` inside the running ``task`` (its
+        cgroups, namespaces, uid and working directory); ``--env-fd`` is the caller's.
+
+        The identity is the one this node gave the job, and the task's command must be
+        running as it: a mismatch is refused (``SandboxProblem``), never joined."""
+        cgroup = self.tree.existing(attempt_id)
+        if cgroup is None:
+            raise SandboxProblem(f"attempt {attempt_id} has no cgroup on this node")
+        held = self.identities.held().get(job_id)
+        if held is not None and (held.uid, held.gid) != (task.uid, task.gid):
+            raise SandboxProblem(
+                f"attempt {attempt_id} runs as {task.uid}:{task.gid}, not as its job's {held.uid}:{held.gid}"
+            )
+        argv = [str(self.helper), "--join", str(task.init_pid)]
+        argv += ["--uid", str(task.uid), "--gid", str(task.gid), "--workdir", str(workdir)]
+        for procs in cgroup.procs_files:
+            argv += ["--cgroup-procs", str(procs)]
+        if tty:
+            argv.append("--tty")
+        return [*argv, "--", *command]
 
     def adopt(self, attempt_id: str, job_id: str) -> TaskCgroup | None:
         """A task an earlier agent started: its cgroup, found by the attempt's name."""

@@ -1,0 +1,1 @@
+"""Interactive access to running tasks: exec, port-forward and the HTTP proxy."""
