@@ -207,12 +207,18 @@ async def test_an_open_session_ends_when_its_token_is_revoked_or_its_vc_switched
         assert reason.startswith(
             "access withdrawn: interactive access (exec, port-forward, proxy) is turned off"
         )
-    rows = {
-        r["id"]: r
-        for r in await api_and_node.db.fetch(
-            "SELECT id, close_reason, bytes_in FROM api.interactive_sessions"
-        )
-    }
+    # The audit row is written as the API ends the session, just after the close frame.
+    async with asyncio.timeout(5):
+        while True:
+            rows = {
+                r["id"]: r
+                for r in await api_and_node.db.fetch(
+                    "SELECT id, close_reason, bytes_in FROM api.interactive_sessions"
+                )
+            }
+            if all(rows[s["id"]]["close_reason"] is not None for s in (revoked, switched)):
+                break
+            await asyncio.sleep(0.05)
     assert rows[revoked["id"]]["close_reason"].startswith("access withdrawn: the bearer token was revoked")
     assert rows[revoked["id"]]["bytes_in"] == len(b"hello"), "what moved before is still counted"
     assert rows[switched["id"]]["close_reason"].startswith("access withdrawn: interactive access")

@@ -38,13 +38,13 @@ import json
 import socket
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
 from tests.launcher.fake_kube_exec import PodStreams
+from tests.launcher.kubelet_logs import LogLine, parse_rfc3339
 
 Object = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
@@ -67,34 +67,6 @@ def _status(code: int, reason: str, message: str) -> Object:
 
 def _error(code: int, reason: str, message: str) -> web.Response:
     return web.json_response(_status(code, reason, message), status=code)
-
-
-def rfc3339_nano(nanos: int) -> str:
-    """Go's ``time.RFC3339Nano`` in UTC: the fraction without its trailing zeros."""
-    seconds, fraction = divmod(nanos, 1_000_000_000)
-    whole = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    digits = f"{fraction:09d}".rstrip("0")
-    return f"{whole}.{digits}Z" if digits else f"{whole}Z"
-
-
-def _parse_rfc3339(text: str) -> int:
-    head, _, fraction = text.rstrip("Z").partition(".")
-    seconds = int(datetime.fromisoformat(head + "+00:00").timestamp())
-    return seconds * 1_000_000_000 + int(fraction.ljust(9, "0") or 0)
-
-
-@dataclass
-class LogLine:
-    """One line of a container's log, as the kubelet keeps it: the time it was written,
-    and its bytes (the last line may still lack its newline)."""
-
-    nanos: int
-    data: bytearray
-
-    def render(self, timestamps: bool, start: int = 0) -> bytes:
-        """From byte ``start`` of the line; the timestamp goes before its first byte."""
-        prefix = f"{rfc3339_nano(self.nanos)} ".encode() if timestamps and start == 0 else b""
-        return prefix + bytes(self.data[start:])
 
 
 def matches(selector: str, labels: dict[str, str]) -> bool:
@@ -372,7 +344,7 @@ class FakeKubeApi:
         follow = request.query.get("follow", "").lower() in ("true", "1")
         timestamps = request.query.get("timestamps", "").lower() in ("true", "1")
         since = request.query.get("sinceTime")
-        since_nanos = _parse_rfc3339(since) if since else None
+        since_nanos = parse_rfc3339(since) if since else None
         if not follow:
             lines = [
                 line for line in self.logs.get(name, []) if since_nanos is None or line.nanos >= since_nanos

@@ -20,7 +20,7 @@ from services.launcher.kubernetes.log_files import (
     stamp_ns,
     whole_seconds,
 )
-from tests.launcher.fake_kube_api import LogLine, rfc3339_nano
+from tests.launcher.kubelet_logs import LogLine, rfc3339_nano
 
 BASE = 1_700_000_000 * 1_000_000_000  # 2023-11-14T22:13:20Z
 LINES = [

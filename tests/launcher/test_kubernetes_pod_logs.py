@@ -29,7 +29,8 @@ from services.launcher.task_logs import LogServer, answer_for_nodes
 from shared.bus.nats import NatsBus
 from shared.db.pool import Database
 from tests.launcher import attempts
-from tests.launcher.fake_kube_api import FakeKubeApi, rfc3339_nano, running, terminated, waiting
+from tests.launcher.fake_kube_api import FakeKubeApi, running, terminated, waiting
+from tests.launcher.kubelet_logs import rfc3339_nano
 
 NODE = "k8s-gpu-1"
 SETTINGS = KubernetesSettings(

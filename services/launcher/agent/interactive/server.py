@@ -113,8 +113,10 @@ class InteractiveServer:
                     asyncio.open_connection("127.0.0.1", port), CONNECT_TIMEOUT_S
                 )
             except (OSError, TimeoutError) as exc:
+                # Not a refusal of the caller: the app is not up (yet), which the API
+                # says as a bad gateway, as a reverse proxy would.
                 raise _refused(
-                    "refused", f"nothing accepts connections on port {port} of the task ({exc})"
+                    "failed", f"nothing accepts connections on port {port} of the task ({exc})"
                 ) from exc
             try:
                 if checked is not None:
@@ -196,7 +198,7 @@ class InteractiveServer:
         cgroup = task.cgroup
         owner, inodes = await asyncio.to_thread(lambda: listeners.owner_of_port(port, cgroup.processes()))
         if owner == "nobody":
-            raise _refused("refused", f"nothing accepts connections on port {port} of the task")
+            raise _refused("failed", f"nothing accepts connections on port {port} of the task")
         if owner == "other":
             raise _refused(
                 "refused", f"port {port} is held by a process that is not the task's; nothing was forwarded"
