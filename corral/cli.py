@@ -9,7 +9,8 @@ talks to the API through the SDK (``corral.sdk``): ``login``, ``submit``, ``jobs
 ``drain``/``undrain``, ``join-token``, ``join``, ``remove-node``, ``bus-credentials``,
 ``services``, ``alerts``, ``ack``/``resolve``,
 ``silences``/``silence``/``unsilence``, ``alert-rules``, ``webhooks``/``webhook``,
-``events``, ``whoami``, ``tokens``/``token``, ``users``/``user``, ``groups``/``group``.
+``events``, ``whoami``, ``tokens``/``token``, ``users``/``user``, ``groups``/``group``,
+``model``, ``artifacts``.
 ``corral --help`` and ``corral COMMAND --help`` say more.
 
 The commands are typer commands (``corral/commands/``). ``main`` runs them without
@@ -37,9 +38,11 @@ from corral.commands import (
     jobs,
     login,
     membership,
+    models,
     nodes,
     notebooks,
     port_forward,
+    services,
     tenants,
     vcs,
     webhooks,
@@ -65,6 +68,8 @@ API_COMMANDS = (
     vcs,
     nodes,
     membership,
+    models,
+    services,
     alerts,
     webhooks,
     events,

@@ -20,6 +20,7 @@ EventId = NewType("EventId", str)
 AlertId = NewType("AlertId", str)
 SilenceId = NewType("SilenceId", str)
 WebhookId = NewType("WebhookId", str)
+ArtifactId = NewType("ArtifactId", str)
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -55,3 +56,7 @@ def new_event_id() -> EventId:
 
 def new_webhook_id() -> WebhookId:
     return WebhookId(f"whk-{_ulid()}")
+
+
+def new_artifact_id() -> ArtifactId:
+    return ArtifactId(f"art-{_ulid()}")

@@ -18,7 +18,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.job_io import NAME_PATTERN as NAME_PATTERN
+from shared.job_io import JobInput, JobOutput
 from shared.request_types import Integer
+from shared.service_spec import ServiceSpec
 
 # Limits that keep one request from asking for something absurd. They are sanity caps,
 # not capacity checks: whether a job fits the cluster is the scheduler's question.
@@ -28,7 +31,6 @@ MAX_GPUS_PER_INSTANCE = 64
 MAX_COMMAND_CHARS = 16_384
 MAX_ENV_VARS = 256
 
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -289,6 +291,16 @@ class JobSpec(BaseModel):
         default=None, ge=1, le=90 * 86_400, description="tasks still running after this are stopped"
     )
     retry: RetryPolicy = RetryPolicy()
+    kind: Literal["batch", "service"] = Field(
+        default="batch",
+        description=(
+            "batch: runs to completion (default); service: `service.replicas` copies kept running "
+            "behind /serve/{name}/ (POST /api/v1/services)"
+        ),
+    )
+    service: ServiceSpec | None = Field(default=None, description="required when kind is service")
+    inputs: list[JobInput] = Field(default_factory=list, max_length=32)
+    outputs: list[JobOutput] = Field(default_factory=list, max_length=32)
     topology: Literal["pack", "single_node", "one_per_node"] = Field(
         default="pack",
         description=(
@@ -303,6 +315,48 @@ class JobSpec(BaseModel):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"task role names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    @model_validator(mode="after")
+    def _unique_inputs_and_outputs(self) -> JobSpec:
+        outputs = [output.name for output in self.outputs]
+        repeated = sorted({name for name in outputs if outputs.count(name) > 1})
+        if repeated:
+            raise ValueError(f"output names must be unique; repeated: {', '.join(repeated)}")
+        paths = [item.default_path for item in self.inputs]
+        for path in paths:
+            clashes = [other for other in paths if other != path and other.startswith(path + "/")]
+            if paths.count(path) > 1 or clashes:
+                raise ValueError(
+                    f"two inputs land at input path {path!r}; give one of them a path of its own"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _service_shape(self) -> JobSpec:
+        if self.kind == "batch":
+            if self.service is not None:
+                raise ValueError("service settings are for kind: service; remove service or set kind")
+            return self
+        if self.service is None:
+            raise ValueError("a kind: service job needs service (replicas, port, probes)")
+        if len(self.tasks) != 1 or self.tasks[0].instances != 1:
+            raise ValueError(
+                "a service has one task role of one instance (each replica is one task); "
+                "scale it with service.replicas"
+            )
+        if self.outputs:
+            raise ValueError("a service keeps no outputs; outputs are for batch jobs")
+        ports = self.tasks[0].ports
+        labels = [self.service.port] + [
+            probe.port for probe in (self.service.readiness, self.service.liveness) if probe and probe.port
+        ]
+        for label in labels:
+            if label not in ports:
+                raise ValueError(
+                    f"service port {label!r} is not a port label of role {self.tasks[0].name}; "
+                    f"add it to ports (has: {', '.join(sorted(ports)) or 'none'})"
+                )
         return self
 
     @model_validator(mode="after")

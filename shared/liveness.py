@@ -2,7 +2,7 @@
 
 A row per instance in ``corral.service_instances``: the alerter's ``ServiceDown`` rule
 fires when no instance of a service has been heard for a while, and ``GET
-/api/v1/services`` lists them. A clean stop deletes its row, so a deliberate shutdown or
+/api/v1/service-instances`` lists them. A clean stop deletes its row, so a deliberate shutdown or
 scale-down pages nobody; a crashed instance's row stays behind, ageing — which is the
 point. Rows silent for a day are pruned whenever an instance starts (a crash is followed
 by a restart, so they cannot pile up).

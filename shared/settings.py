@@ -101,7 +101,7 @@ class HealthSettings(BaseSettings):
     """Its port; 0 picks a free one (test stacks run side by side)."""
     liveness_interval_s: float = Field(default=10.0, gt=0)
     """How often the instance records that it is alive (``corral.service_instances``,
-    shared/liveness.py): what ``corral services`` and the ``service_down`` alert read."""
+    shared/liveness.py): what ``corral instances`` and the ``service_down`` alert read."""
 
 
 class HomeSettings(BaseSettings):

@@ -15,6 +15,7 @@ from services.launcher.kubernetes.settings import KubernetesSettings
 from services.launcher.settings import AgentSettings, LauncherSettings
 from services.monitor.settings import ExporterSettings, MonitorSettings
 from services.scheduler.settings import SchedulerSettings
+from shared.artifacts.settings import ArtifactSettings
 from shared.settings import DatabaseSettings, HealthSettings, HomeSettings, NatsSettings, TelemetrySettings
 
 
@@ -52,8 +53,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("Scheduler", "`python -m services.scheduler` (`corral scheduler`).", (SchedulerSettings,)),
     Section(
         "Launcher",
-        "`python -m services.launcher` (`corral launcher`), with its Kubernetes driver.",
-        (LauncherSettings, KubernetesSettings),
+        "`python -m services.launcher` (`corral launcher`), with its Kubernetes driver and "
+        "its artifact store (the node agent reads `CORRAL_ARTIFACTS_MAX_TASK_OUTPUT_MB`).",
+        (LauncherSettings, KubernetesSettings, ArtifactSettings),
     ),
     Section(
         "Node agent",
@@ -216,6 +218,36 @@ SECTIONS: tuple[Section, ...] = (
                 "Where the API's proxy reaches that port: `/proxy/<job>/<role>-<index>/<label>/`. "
                 "An app that must know its base URL (Jupyter, TensorBoard) is given it, with "
                 "`proxy_prefix: keep`.",
+            ),
+            Variable(
+                "CORRAL_INPUT_DIR",
+                "",
+                "A job with inputs or outputs: where its inputs are, read-only (a model at "
+                "`models/NAME/VERSION`, an artifact at `artifacts/JOB/OUTPUT`, unless the "
+                "input gives a `path`).",
+            ),
+            Variable(
+                "CORRAL_MODEL_DIR_<NAME>",
+                "",
+                "Each model input's version directory under `$CORRAL_INPUT_DIR` (name "
+                "upper-cased, `-` as `_`): `CORRAL_MODEL_DIR_MNIST` for `mnist@latest`.",
+            ),
+            Variable(
+                "CORRAL_OUTPUT_DIR",
+                "",
+                "A job with outputs: the task's own directory, uploaded whenever the task ends "
+                "and restored into its next attempt; each output's `path` is relative to it.",
+            ),
+            Variable(
+                "CORRAL_SERVICE_NAME",
+                "",
+                "A service's replica: the service it serves (reached at `/serve/NAME/`).",
+            ),
+            Variable(
+                "CORRAL_SERVICE_REVISION",
+                "",
+                "A service's replica: the revision of the service's spec it runs (each "
+                "`corral service update` is a new revision, rolled out replica by replica).",
             ),
             Variable(
                 "CORRAL_SECRET_<NAME>",

@@ -131,6 +131,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Submit a job; with --wait, exit 0 only if it SUCCEEDED (1: FAILED or CANCELLED)."""
         spec = load_job_spec(file)
+        if spec.get("kind") == "service" and not dry_run:
+            # A service is not one job: its replicas are (corral service).
+            with client(ctx) as api:
+                created = api.create_service(spec)
+            echo_result(created, f"service {created.name} created: {created.endpoint}", as_json=json_)
+            return
         with client(ctx) as api:
             if dry_run:
                 answer = api.dry_run(spec)

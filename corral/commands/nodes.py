@@ -1,5 +1,5 @@
 """``corral nodes``, ``corral gpus`` (a gpustat-like view), ``corral drain``/``undrain``,
-``corral services``."""
+``corral instances``."""
 
 from __future__ import annotations
 
@@ -141,8 +141,8 @@ def register(app: typer.Typer) -> None:
             answer = api.undrain(node_id, reason)
         echo_result(answer, answer.detail, as_json=json_)
 
-    @app.command("services")
-    def services(ctx: typer.Context, json_: JsonFlag = False) -> None:
+    @app.command("instances")
+    def instances(ctx: typer.Context, json_: JsonFlag = False) -> None:
         """List Corral's service instances and when each was last heard; under make up,
         also what its supervisor keeps alive (Postgres and NATS too): state, restarts, last exit."""
         with client(ctx) as api:

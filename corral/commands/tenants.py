@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         name: NameArg,
         scopes: Annotated[
-            list[str] | None, typer.Option("--scope", help="read, submit, admin or exec (repeat)")
+            list[str] | None, typer.Option("--scope", help="read, submit, admin, exec or serve (repeat)")
         ] = None,
         expires_in: Annotated[
             str | None, typer.Option("--expires-in", help="e.g. 30d, 12h (default 90d)")

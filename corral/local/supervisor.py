@@ -7,7 +7,7 @@ process with its output in ``$CORRAL_HOME/logs/services/<name>.log`` and its pid
 ``$CORRAL_HOME/run/``. A service or server that exits is restarted with a growing delay
 (``supervised.py``): Postgres into crash recovery on its data directory, NATS on its
 JetStream store. What each is doing, its restarts and last exit are in
-``run/supervisor.json`` (the API's services view and ``corral services`` show it).
+``run/supervisor.json`` (the API's services view and ``corral instances`` show it).
 SIGINT or SIGTERM stops the services (SIGTERM, then SIGKILL after a grace period), then
 the servers. All state lives in ``$CORRAL_HOME``, so the next ``make up`` finds every job
 where it was left.

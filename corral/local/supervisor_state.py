@@ -2,7 +2,7 @@
 
 Rewritten whole (a temporary file renamed over it) whenever a process exits or comes
 back, so a reader never sees half of it. The API serves it in its services view
-(``CORRAL_API_SUPERVISOR_STATE_FILE``), where ``corral services`` shows it: the one place
+(``CORRAL_API_SUPERVISOR_STATE_FILE``), where ``corral instances`` shows it: the one place
 a server's restarts are visible, since a server has no liveness row of its own.
 """
 

@@ -10,7 +10,9 @@
             print(error.status, error.slug, error.detail)   # 404 not-found no job with id ...
 
 Layout: ``client.py`` / ``aclient.py`` (the two clients), ``operations.py`` (every
-request, shared by both), ``models/`` (typed results), ``errors.py``, ``retries.py``,
+request, shared by both; ``registry.py``: models and artifacts, ``serving.py``: services,
+mixed into both),
+``models/`` (typed results), ``errors.py``, ``retries.py``,
 ``sse.py`` (the event-stream parser), ``config.py`` (URL and token), ``specs.py`` (job
 spec files), ``interactive.py`` and ``channels.py`` (exec and port-forward into running
 tasks, over the API's WebSocket). The SDK depends on httpx, pydantic, PyYAML and

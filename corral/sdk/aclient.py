@@ -34,7 +34,6 @@ from corral.sdk.models import (
     AlertDetail,
     AlertRules,
     BusCredentials,
-    Delivery,
     Detail,
     DrainAccepted,
     DryRun,
@@ -51,8 +50,6 @@ from corral.sdk.models import (
     NodeDetail,
     NodeRemoved,
     Pending,
-    RedeliveryAccepted,
-    SecretRotated,
     ServiceInstance,
     ServicesOverview,
     Silence,
@@ -61,18 +58,19 @@ from corral.sdk.models import (
     TokenCreated,
     User,
     VirtualCluster,
-    Webhook,
-    WebhookCreated,
     WhoAmI,
 )
+from corral.sdk.registry import AsyncRegistryCalls
 from corral.sdk.retries import RetryPolicy
+from corral.sdk.serving import AsyncServingCalls
 from corral.sdk.specs import load_job_spec
 from corral.sdk.sse import SseParser, reconnect_wait
+from corral.sdk.webhooks import AsyncWebhookCalls
 
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(AsyncRegistryCalls, AsyncServingCalls, AsyncWebhookCalls):
     def __init__(
         self,
         url: str | None = None,
@@ -279,8 +277,8 @@ class AsyncClient:
     async def revoke_bus_credentials(self, name: str) -> None:
         await self._run(op.revoke_bus_credentials(name))
 
-    async def list_services(self) -> list[ServiceInstance]:
-        return await self._run(op.list_services())
+    async def list_service_instances(self) -> list[ServiceInstance]:
+        return await self._run(op.list_service_instances())
 
     async def services_overview(self) -> ServicesOverview:
         """Service instances, and what make up's supervisor keeps alive (its servers too)."""
@@ -329,37 +327,6 @@ class AsyncClient:
 
     async def reset_alert_rules(self) -> Detail:
         return await self._run(op.reset_alert_rules())
-
-    # Webhooks
-    async def list_webhooks(self) -> list[Webhook]:
-        return await self._run(op.list_webhooks())
-
-    async def get_webhook(self, webhook_id: str) -> Webhook:
-        return await self._run(op.get_webhook(webhook_id))
-
-    async def create_webhook(
-        self,
-        url: str,
-        event_types: Sequence[str],
-        virtual_cluster: str | None = None,
-        description: str = "",
-    ) -> WebhookCreated:
-        """Subscribe ``url``; the answer's ``secret`` is shown only now."""
-        return await self._run(op.create_webhook(url, event_types, virtual_cluster, description))
-
-    async def delete_webhook(self, webhook_id: str) -> None:
-        await self._run(op.delete_webhook(webhook_id))
-
-    async def rotate_webhook_secret(self, webhook_id: str, overlap_s: float | None = None) -> SecretRotated:
-        return await self._run(op.rotate_webhook_secret(webhook_id, overlap_s))
-
-    async def list_deliveries(
-        self, webhook_id: str, state: str | None = None, limit: int = 100
-    ) -> list[Delivery]:
-        return await self._run(op.list_deliveries(webhook_id, state, limit))
-
-    async def redeliver(self, webhook_id: str, delivery_id: int) -> RedeliveryAccepted:
-        return await self._run(op.redeliver(webhook_id, delivery_id))
 
     # Users, groups, tokens
     async def whoami(self) -> WhoAmI:

@@ -33,7 +33,6 @@ from corral.sdk.models import (
     AlertDetail,
     AlertRules,
     BusCredentials,
-    Delivery,
     Detail,
     DrainAccepted,
     DryRun,
@@ -50,8 +49,6 @@ from corral.sdk.models import (
     NodeDetail,
     NodeRemoved,
     Pending,
-    RedeliveryAccepted,
-    SecretRotated,
     ServiceInstance,
     ServicesOverview,
     Silence,
@@ -60,18 +57,19 @@ from corral.sdk.models import (
     TokenCreated,
     User,
     VirtualCluster,
-    Webhook,
-    WebhookCreated,
     WhoAmI,
 )
+from corral.sdk.registry import RegistryCalls
 from corral.sdk.retries import RetryPolicy
+from corral.sdk.serving import ServingCalls
 from corral.sdk.specs import load_job_spec
 from corral.sdk.sse import SseParser, reconnect_wait
+from corral.sdk.webhooks import WebhookCalls
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(RegistryCalls, ServingCalls, WebhookCalls):
     def __init__(
         self,
         url: str | None = None,
@@ -270,8 +268,8 @@ class Client:
     def revoke_bus_credentials(self, name: str) -> None:
         self._run(op.revoke_bus_credentials(name))
 
-    def list_services(self) -> list[ServiceInstance]:
-        return self._run(op.list_services())
+    def list_service_instances(self) -> list[ServiceInstance]:
+        return self._run(op.list_service_instances())
 
     def services_overview(self) -> ServicesOverview:
         """Service instances, and what make up's supervisor keeps alive (its servers too)."""
@@ -320,35 +318,6 @@ class Client:
 
     def reset_alert_rules(self) -> Detail:
         return self._run(op.reset_alert_rules())
-
-    # Webhooks
-    def list_webhooks(self) -> list[Webhook]:
-        return self._run(op.list_webhooks())
-
-    def get_webhook(self, webhook_id: str) -> Webhook:
-        return self._run(op.get_webhook(webhook_id))
-
-    def create_webhook(
-        self,
-        url: str,
-        event_types: Sequence[str],
-        virtual_cluster: str | None = None,
-        description: str = "",
-    ) -> WebhookCreated:
-        """Subscribe ``url``; the answer's ``secret`` is shown only now."""
-        return self._run(op.create_webhook(url, event_types, virtual_cluster, description))
-
-    def delete_webhook(self, webhook_id: str) -> None:
-        self._run(op.delete_webhook(webhook_id))
-
-    def rotate_webhook_secret(self, webhook_id: str, overlap_s: float | None = None) -> SecretRotated:
-        return self._run(op.rotate_webhook_secret(webhook_id, overlap_s))
-
-    def list_deliveries(self, webhook_id: str, state: str | None = None, limit: int = 100) -> list[Delivery]:
-        return self._run(op.list_deliveries(webhook_id, state, limit))
-
-    def redeliver(self, webhook_id: str, delivery_id: int) -> RedeliveryAccepted:
-        return self._run(op.redeliver(webhook_id, delivery_id))
 
     # Users, groups, tokens
     def whoami(self) -> WhoAmI:

@@ -228,12 +228,12 @@ def revoke_bus_credentials(name: str) -> Call[None]:
     return Call("DELETE", f"/api/v1/integrations/{_seg(name)}/bus-credentials", _nothing, idempotent=True)
 
 
-def list_services() -> Call[list[ServiceInstance]]:
-    return _get("/api/v1/services", _items(ServiceInstance))
+def list_service_instances() -> Call[list[ServiceInstance]]:
+    return _get("/api/v1/service-instances", _items(ServiceInstance))
 
 
 def services_overview() -> Call[ServicesOverview]:
-    return _get("/api/v1/services", _one(ServicesOverview))
+    return _get("/api/v1/service-instances", _one(ServicesOverview))
 
 
 # Alerts, silences, rules

@@ -32,11 +32,15 @@ from services.api.jobs.logs import AskNode
 from services.api.jobs.repository import JobRepository
 from services.api.jobs.routes import router as jobs_router
 from services.api.jobs.submission import shape_cache
+from services.api.models.routes import router as models_router
 from services.api.openapi import install_openapi
 from services.api.portal.repository import SessionRepository
 from services.api.portal.routes import install_portal
 from services.api.problems import install_problem_handlers
 from services.api.rate_limit import RateLimit
+from services.api.serving.controller import ControllerLease, ServiceController
+from services.api.serving.gateway import install_gateway
+from services.api.serving.routes import router as services_router
 from services.api.settings import Settings
 from services.api.tenants.auth import TokenCache, bootstrap_admin
 from services.api.tenants.repository import TenantRepository
@@ -82,6 +86,12 @@ def create_app(
     app.state.api_settings = settings.api
     app.state.token_cache = tokens = TokenCache()
     app.state.shapes = shape_cache(JobRepository(db))
+    # Runs in every API process, acts in the one holding its lock (serving/controller.py);
+    # started by run_api, woken by the services routes.
+    database = settings.common.database
+    app.state.service_controller = ServiceController(
+        db, app.state.shapes, ControllerLease(database.url, password_file=database.password_file)
+    )
     app.state.ask_scheduler = ask_scheduler
     app.state.ask_node = ask_node
     app.state.interactive_nats = nats
@@ -101,6 +111,8 @@ def create_app(
         submit_burst=settings.api.submit_rate_limit_burst,
     )
     app.add_middleware(HttpMetrics)
+    # Outermost: /serve/ requests pass none of the above (serving/gateway.py says why).
+    app.state.serve_pool = install_gateway(app, db)
     install_problem_handlers(app)
     install_database_handlers(app)
     # One router per slice (services/api/README.md).
@@ -112,6 +124,8 @@ def create_app(
         webhooks_router,
         tenants_router,
         interactive_router,
+        models_router,
+        services_router,
         docs_pages_router,
     ):
         app.include_router(router)
@@ -164,6 +178,7 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
             tg.create_task(res.relay.run(), name="outbox-relay")
         tg.create_task(res.liveness.run(), name="liveness")
         tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
+        tg.create_task(app.state.service_controller.run(), name="service-controller")
         retention_s = settings.api.audit_retention_days * 86400
 
         async def forget_old_audit() -> int:

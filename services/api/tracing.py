@@ -12,7 +12,9 @@ set here:
   child of the submit), and a request costs one span, not four;
 - ``metrics`` and ``logs`` off: HTTP metrics are Prometheus's (``shared/metrics.py``:
   ``HttpMetrics``) and logs are the services' own (``shared/logs.py``);
-- health and metrics endpoints untraced (probes every few seconds, no job in them).
+- health and metrics endpoints untraced (probes every few seconds, no job in them), and
+  requests to services through ``/serve/`` (an application's traffic, not Corral's: a
+  span each would cost more than the gateway itself).
 
 It replaced opentelemetry-instrumentation-fastapi, which made the same server span from
 an outer middleware and switched FastAPI's own off: with both wrapped around every
@@ -28,6 +30,7 @@ from typing import Any
 from fastapi.telemetry import TelemetryConfig
 
 UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+SERVE_PREFIX = "/serve/"
 
 
 def telemetry_config() -> TelemetryConfig:
@@ -42,4 +45,5 @@ def telemetry_config() -> TelemetryConfig:
 
 
 def _untraced(scope: MutableMapping[str, Any]) -> bool:
-    return scope.get("path") in UNTRACED_PATHS
+    path = scope.get("path", "")
+    return path in UNTRACED_PATHS or path.startswith(SERVE_PREFIX)

@@ -11,6 +11,10 @@ import logging
 from contextlib import AsyncExitStack
 from functools import partial
 
+from services.launcher.artifacts.repository import ArtifactRecords
+from services.launcher.artifacts.server import ArtifactServer
+from services.launcher.artifacts.staging import SWEEP_EVERY_S as SWEEP_UPLOADS_EVERY_S
+from services.launcher.artifacts.staging import Staging
 from services.launcher.attempt_ends import AttemptEnds
 from services.launcher.handlers import CONSUMER, LauncherHandlers
 from services.launcher.kubernetes.driver import KubernetesDriver, cluster_configuration
@@ -21,6 +25,7 @@ from services.launcher.log_retention import SWEEP_EVERY_S, LogRetention
 from services.launcher.reconcile import reconcile
 from services.launcher.settings import Settings
 from services.launcher.task_logs import LogServer, answer_for_nodes
+from shared.artifacts.store import open_store
 from shared.bus import ConsumerConfig, ConsumerSpec, run_consumer
 from shared.bus.streams import JOBS
 from shared.db.pool import Database
@@ -65,6 +70,7 @@ async def serve(settings: Settings) -> None:
                 run_consumer(res.bus, ConsumerSpec(CONSUMER, handlers.handle), res.dead_letters),
                 name="consumer",
             )
+            serve_artifacts(tg, res, settings)
             ends = AttemptEnds(res.db, concurrency=settings.launcher.decide_concurrency)
             tg.create_task(ends.run(), name="attempt-ends")
             tg.create_task(
@@ -79,6 +85,18 @@ async def serve(settings: Settings) -> None:
                 ),
                 name="reconcile",
             )
+
+
+def serve_artifacts(tg: asyncio.TaskGroup, res: ServiceResources, settings: Settings) -> None:
+    """Answer the nodes' artifact uploads and downloads (``artifacts/server.py``), and
+    sweep the uploads they abandoned."""
+    home = settings.common.paths.home
+    staging = Staging(settings.artifacts.staging(home))
+    store = open_store(settings.artifacts, home)
+    most = settings.artifacts.max_task_output_mb * 1024 * 1024
+    server = ArtifactServer(ArtifactRecords(res.db), store, staging, max_blob_bytes=most)
+    tg.create_task(server.serve(res.bus.nc), name="artifacts")
+    tg.create_task(every(SWEEP_UPLOADS_EVERY_S, staging.sweep, "upload staging sweep"), name="upload-sweep")
 
 
 KUBERNETES_ASSIGNMENTS = ConsumerConfig(

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.service_spec import ServiceSpec
+
 
 @dataclass(frozen=True)
 class TaskLaunch:
@@ -34,6 +36,7 @@ class TaskLaunch:
     image: str | None = None
     ports: dict[str, list[int]] = field(default_factory=dict)
     max_runtime_s: int | None = None
+    service: ServiceSpec | None = None  # a replica of a service: its probes
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class TaskObserved:
     attempt_id: str
     running: bool
     ended: TaskEnded | None = None
+    readiness: tuple[bool, str] | None = None  # a running replica's readiness changed: (ready, why)
 
 
 class LaunchDriver(Protocol):

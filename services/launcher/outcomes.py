@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.launcher import metrics, repository
+from services.launcher import metrics, repository, service_restarts
+from services.launcher.artifacts.commit import commit_job_outputs
 from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
 from services.launcher.repository import LockedJob
 from shared.db.pool import Connection
@@ -120,7 +121,9 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
     its remaining tasks and becomes final only once every attempt has ended. A failure
     is retried when the exit-code table says so (``transient``: always, not counted;
     ``unknown``: up to ``retry.max_retries``, counted), with exponential backoff, by
-    putting the job back to PENDING; otherwise the job FAILS. A job that ends before any
+    putting the job back to PENDING; otherwise the job FAILS. A service replica (``kind:
+    service``) neither succeeds nor fails: whatever ended it, it restarts, after a delay
+    that grows while it keeps crashing (``service_restarts.py``). A job that ends before any
     of its tasks ran (none could start, or its node was lost while starting: the first
     to run makes it RUNNING, ``reporting.report_started``) passes through RUNNING first,
     so the published lifecycle is always complete and in order.
@@ -165,7 +168,15 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
 
     if job.state == JobState.SCHEDULED:
         await _transition(conn, job, JobState.RUNNING)
+    if service_restarts.is_service(spec):
+        await _restart_service(conn, job, spec, outcome.decisive or _last_ended(attempts))
+        return JobState.PENDING
     if outcome.verdict is Verdict.SUCCEED:
+        # Its artifacts in the same transaction; outputs that cannot be kept fail the job.
+        unkept = await commit_job_outputs(conn, job.id, job.generation, spec)
+        if unkept is not None:
+            await _transition(conn, job, JobState.FAILED, None, unkept)
+            return JobState.FAILED
         await _transition(conn, job, JobState.SUCCEEDED, 0, "all tasks completed")
         return JobState.SUCCEEDED
     exit_code, reason = _failure_reason(outcome.decisive)
@@ -180,6 +191,22 @@ async def evaluate_job(conn: Connection, job_id: str) -> JobState | None:
         reason = f"{reason}; gave up after {retries} retries"
     await _transition(conn, job, JobState.FAILED, exit_code, f"{reason} ({classification})")
     return JobState.FAILED
+
+
+def _last_ended(attempts: list[AttemptOutcome]) -> AttemptOutcome | None:
+    ended = [a for a in attempts if not a.live]
+    return ended[-1] if ended else None
+
+
+async def _restart_service(
+    conn: Connection, job: LockedJob, spec: JobSpec, ended: AttemptOutcome | None
+) -> None:
+    """A service replica's end, whatever it was, is a restart (``service_restarts.py``)."""
+    _, said = _failure_reason(ended)
+    crashes, delay = await service_restarts.next_restart(conn, spec, job.retries, ended)
+    classification = (ended.classification if ended else None) or "unknown"
+    reason = service_restarts.restart_reason(said, crashes, delay)
+    await _requeue(conn, job, crashes, delay, classification, reason)
 
 
 async def _requeue_preempted(conn: Connection, job: LockedJob, preempt_reason: str, reason: str) -> None:

@@ -286,6 +286,11 @@ async def claim_attempt(db: Database, attempt_id: str, node_id: str, epoch: int)
     return None if row is None else dict(row)
 
 
+async def set_readiness(db: Database, attempt_id: str, node_id: str, ready: bool, detail: str) -> bool:
+    """Record a running replica's readiness; False once it is not RUNNING on ``node_id``."""
+    return await db.fetchval(SQL.set_attempt_readiness, attempt_id, node_id, ready, detail) is not None
+
+
 async def attempt_for_report(db: Database, attempt_id: str) -> asyncpg.Record | None:
     """What reporting the attempt needs: its node and state, its job's spec, its log."""
     return await db.fetchrow(SQL.attempt_for_report, attempt_id)

@@ -14,6 +14,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.launcher.kubernetes.settings import KubernetesSettings
+from shared.artifacts.settings import ArtifactSettings
 from shared.settings import CommonSettings
 
 # Where a node agent keeps its tasks' pid and exit files by default (see ``state_dir``).
@@ -123,6 +124,7 @@ class Settings(BaseSettings):
     launcher: LauncherSettings = Field(default_factory=LauncherSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    artifacts: ArtifactSettings = Field(default_factory=ArtifactSettings)
 
     @property
     def log_dir(self) -> Path:

@@ -48,6 +48,7 @@ async def answer_dry_run(db: Database, policy: Callable[[], PlanSettings], paylo
         gpu_type=spec.gpu_type,
         topology=spec.topology,
         max_runtime_s=spec.max_runtime_s,
+        service=spec.kind == "service",
     )
     result = plan(
         [*snapshot.pending, candidate],

@@ -63,6 +63,9 @@ class PendingJob:
     attained_gpu_s: float = 0.0  # GPU-seconds its earlier attempts ran (Tiresias' attained service)
     waited_s: float = 0.0  # how long it has been pending, all its waits together
     generation: int = 0  # its placements so far (its next is generation + 1), as read
+    # A service replica (kind: service): placed within its VC's quota only, never borrowing,
+    # so that no owner's reclaim ever has to stop it (victims.py, planner.py).
+    service: bool = False
     # Derived once: the planner reads them a few hundred thousand times a cycle, and a
     # cached_property (a lock and a dict lookup per read) cost seconds there.
     gpus: int = field(init=False, repr=False, compare=False)
@@ -76,7 +79,8 @@ class PendingJob:
         object.__setattr__(self, "gpus", sum(t.instances * t.gpus for t in self.tasks))
         object.__setattr__(self, "widest", max((t.gpus for t in self.tasks), default=0))
         tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb) for t in self.tasks)
-        object.__setattr__(self, "asks", repr((self.vc, tasks, self.gpu_type, self.topology, self.priority)))
+        asks = (self.vc, tasks, self.gpu_type, self.topology, self.priority)
+        object.__setattr__(self, "asks", repr((*asks, True) if self.service else asks))
 
     def progressed(self, version: int, generation: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
         """The same job as a later cycle reads it: only these four can have changed.
@@ -113,6 +117,7 @@ class RunningJob:
     attained_gpu_s: float = 0.0  # GPU-seconds of all its runs, this one included
     waited_s: float = 0.0  # how long it was pending before this run, all its waits together
     promoted: bool = False  # placed by the starvation guard: never preempted for service
+    service: bool = False  # a service replica: never a batch job's victim (victims.py)
     gpus: int = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
 
     def __post_init__(self) -> None:

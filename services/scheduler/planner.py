@@ -49,6 +49,9 @@ least progress lost), and never of more jobs than the gang needs:
 Jobs already being preempted count as free GPUs for the job that asked, so a slow stop
 does not add victims cycle after cycle.
 
+**Service replicas** (``kind: service``) never borrow (they wait, ``WaitingForQuota``),
+so no reclaim needs them; which jobs may stop one is ``victims.protected``.
+
 **Backfill with a reservation** (EASY): the first job that waits for capacity — once it
 has waited ``reserve_after_s``; before, jobs behind it that fit simply go ahead — gets a
 reservation on the nodes that will hold it soonest (running jobs are assumed to end at
@@ -287,6 +290,10 @@ class _Planner:
                     victims = self.victims.find(job, gpu_type, "own_vc", quota_gap=gap)
                     if victims is not None:
                         return self.preempt_for(job, victims, "preempted for a higher-priority job of its VC")
+        if job.service:
+            # A replica never borrows (nor backfills, nor moves or preempts others into a
+            # borrowed place): what it holds, no owner ever needs to take back.
+            return self.explain(job, guaranteed, shape)
         for gpu_type in types:
             if self.try_place(job, gpu_type, borrowed=True):
                 return None
@@ -411,12 +418,13 @@ class _Planner:
         )
         if reason in ("GangDoesNotFit", "NodesUnhealthy"):
             return reason, detail
-        if not guaranteed and self.has_quota(job):
+        if not guaranteed and (job.service or self.has_quota(job)):
             used = self.tally.guaranteed.get((job.vc, gpu_type), 0)
+            borrowing = f"no idle GPUs can be borrowed ({detail})"
+            why = "a service replica never borrows" if job.service else borrowing
             return "WaitingForQuota", (
                 f"virtual cluster {job.vc} uses {used} of its {self.quota(job.vc, gpu_type)} guaranteed"
-                f" {gpu_type or 'GPUs'}; this job needs {job.gpus} and no idle GPUs can be borrowed"
-                f" ({detail})"
+                f" {gpu_type or 'GPUs'}; this job needs {job.gpus} and {why}"
             )
         self._queue_for(gpu_type, job.gpus)
         if self.reservation is None:

@@ -87,6 +87,7 @@ def _demands(row: asyncpg.Record) -> PendingJob:
         topology=cast(Topology, row["topology"]),
         max_runtime_s=row["max_runtime_s"],
         traceparent=row["traceparent"],
+        service=bool(row["service"]),
     )
 
 

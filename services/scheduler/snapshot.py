@@ -125,6 +125,7 @@ async def _running_jobs(
                 slices=tuple(slices),
                 borrowed=row["borrowed"],
                 promoted=row["promoted"],
+                service=bool(row["service"]),
                 runtime_s=row["runtime_s"],
                 max_runtime_s=row["max_runtime_s"],
                 preempting=row["preempting"],

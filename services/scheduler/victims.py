@@ -8,6 +8,11 @@ again, so the index ends as it began except for the free GPUs the placement will
 which are then held for the waiting job. Only the victims the placement needs (and those
 its VC's quota needs) are kept. Searches per cycle and candidates per search are bounded
 (``PlanSettings``), so a long queue of jobs that all need victims cannot make one cycle slow.
+
+Service replicas (``RunningJob.service``) are kept out of every search but one: a batch job
+never stops a replica, whatever the rule (a service is what users are calling right now,
+and its replica runs within its VC's quota, so no reclaim needs it); a replica of a higher
+priority may stop a lower-priority replica of its VC (``own_vc``). ``protected`` says so.
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ from services.scheduler.placement import NodeIndex, place_gang, unplace
 # service: jobs of its VC (or borrowed ones) of its priority with more attained service;
 # move: small jobs that the other nodes' free GPUs can take, off the node it needs (moves.py).
 VictimRule = Literal["reclaim", "own_vc", "priority", "service", "move"]
+
+
+def protected(running: RunningJob, job: PendingJob, rule: VictimRule) -> bool:
+    """Whether ``running`` is out of ``job``'s reach under ``rule``: a service replica,
+    unless ``job`` is one of a higher priority preempting within its VC. A replica already
+    being stopped frees its GPUs anyway, so it is never protected."""
+    if not running.service or running.preempting:
+        return False
+    return not (job.service and rule == "own_vc" and running.priority < job.priority)
 
 
 @dataclass
@@ -131,7 +145,7 @@ class VictimFinder:
         service level is above ``level`` (the job's; -1 when the starvation guard promoted
         it) and that ran ``min_runtime_s``, never a promoted one; in ``by_service`` order."""
         for running in self.by_service(gpu_type):
-            if running.job_id in self.claimed:
+            if running.job_id in self.claimed or protected(running, job, "service"):
                 continue
             if running.preempting:
                 yield Candidate(running, free_already=True)
@@ -161,7 +175,11 @@ class VictimFinder:
         if rule == "move":
             on_node = self.on_node(gpu_type)
             movers = choose_movers(job, gpu_type, self.index, on_node, self.claimed, self.settings)
-            yield from (Candidate(mover, free_already=False) for mover in movers or ())
+            yield from (
+                Candidate(mover, free_already=False)
+                for mover in movers or ()
+                if not protected(mover, job, rule)
+            )
             return
         min_runtime = self.settings.min_runtime_s
         for running in self.by_cost(gpu_type, job.vc) if rule == "own_vc" else self.reclaimable(gpu_type):
@@ -173,7 +191,7 @@ class VictimFinder:
                 if rule == "priority" or not running.borrowed:
                     return
                 continue  # own_vc: borrowed jobs at this priority are past; its own VC's may follow
-            if running.job_id in self.claimed:
+            if running.job_id in self.claimed or protected(running, job, rule):
                 continue
             if running.preempting:
                 yield Candidate(running, free_already=True)

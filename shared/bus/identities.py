@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from shared.artifacts.transport import ALL_NODES as ALL_NODES_ARTIFACTS
+from shared.artifacts.transport import node_subjects as artifact_subjects
 from shared.bus.streams import ALERTS, JOBS, METRICS, NODES
 from shared.dry_run import DRY_RUN_SUBJECT
 from shared.events import (
@@ -187,6 +189,7 @@ def service_permissions(service: str) -> BusPermissions:
                 # The Kubernetes runner answers for the logs, and serves the exec and
                 # port-forward streams, of the pod nodes it holds.
                 subscribe=(
+                    ALL_NODES_ARTIFACTS,  # answers the nodes' uploads and downloads
                     f"{LOGS_SUBJECT_PREFIX}.*",
                     f"{INTERACTIVE_PREFIX}.*.open",
                     f"{INTERACTIVE_PREFIX}.*.in.*",
@@ -237,6 +240,7 @@ def node_permissions(node_id: str) -> BusPermissions:
             f"corral.metrics.node.{node_id}",
             *(s for durable, only in node_consumers(node_id) for s in _durable(JOBS.name, durable, only)),
             f"{INTERACTIVE_PREFIX}.{node_id}.out.*",
+            artifact_subjects(node_id),  # asks the launcher for its tasks' inputs and outputs
         ),
         subscribe=(
             logs_subject(node_id),

@@ -269,6 +269,19 @@ BEGIN
     RETURN renewed;
 END
 $$;
+CREATE FUNCTION launcher.node_set_readiness(p_node text, p_secret text, p_attempt text, p_ready boolean, p_detail text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    UPDATE launcher.attempts
+    SET ready = p_ready, ready_detail = left(coalesce(p_detail, ''), 500), ready_changed_at = now()
+    WHERE id = p_attempt AND node_id = p_node AND state = 'RUNNING';
+    RETURN FOUND;
+END
+$$;
 CREATE TABLE alerter.alert_transitions (
     id bigint NOT NULL,
     alert_id text NOT NULL,
@@ -445,6 +458,15 @@ CREATE TABLE api.interactive_sessions (
     CONSTRAINT interactive_sessions_kind_check CHECK ((kind = ANY (ARRAY['exec'::text, 'port-forward'::text, 'proxy'::text]))),
     CONSTRAINT interactive_sessions_task_index_check CHECK ((task_index >= 0))
 );
+CREATE TABLE api.job_inputs (
+    job_id text NOT NULL,
+    "position" integer NOT NULL,
+    ref text NOT NULL,
+    artifact_id text NOT NULL,
+    path text NOT NULL,
+    CONSTRAINT job_inputs_position_check CHECK (("position" >= 0)),
+    CONSTRAINT job_inputs_ref_check CHECK (((ref ~ '^[a-z0-9][a-z0-9_-]*@[1-9][0-9]*$'::text) OR (ref ~ '^job-[0-9a-z]{26}:[a-z0-9_-]+$'::text)))
+);
 CREATE TABLE api.job_secrets (
     job_id text NOT NULL,
     name text NOT NULL,
@@ -484,6 +506,27 @@ CREATE TABLE api.join_tokens (
     used_by_node text,
     CONSTRAINT join_tokens_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text))
 );
+CREATE TABLE api.model_versions (
+    model text NOT NULL,
+    version integer NOT NULL,
+    artifact_id text NOT NULL,
+    source_job text NOT NULL,
+    source_output text NOT NULL,
+    parent_version integer,
+    description text DEFAULT ''::text NOT NULL,
+    registered_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT model_versions_check CHECK ((parent_version < version)),
+    CONSTRAINT model_versions_version_check CHECK ((version >= 1))
+);
+CREATE TABLE api.models (
+    name text NOT NULL,
+    owner text NOT NULL,
+    group_name text,
+    description text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT models_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$'::text))
+);
 CREATE TABLE api.portal_sessions (
     secret_sha256 text NOT NULL,
     token_sha256 text NOT NULL,
@@ -492,6 +535,29 @@ CREATE TABLE api.portal_sessions (
     expires_at timestamp with time zone NOT NULL,
     CONSTRAINT portal_sessions_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text)),
     CONSTRAINT portal_sessions_token_sha256_check CHECK ((token_sha256 ~ '^[0-9a-f]{64}$'::text))
+);
+CREATE TABLE api.service_replicas (
+    job_id text NOT NULL,
+    service text NOT NULL,
+    revision integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    draining_at timestamp with time zone
+);
+CREATE TABLE api.services (
+    name text NOT NULL,
+    owner text NOT NULL,
+    virtual_cluster text NOT NULL,
+    revision integer DEFAULT 1 NOT NULL,
+    spec jsonb NOT NULL,
+    replicas integer NOT NULL,
+    public boolean DEFAULT false NOT NULL,
+    deleting_at timestamp with time zone,
+    blocked_reason text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT services_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$'::text)),
+    CONSTRAINT services_replicas_check CHECK (((replicas >= 0) AND (replicas <= 64))),
+    CONSTRAINT services_revision_check CHECK ((revision >= 1))
 );
 CREATE TABLE api.tokens (
     id text NOT NULL,
@@ -503,7 +569,7 @@ CREATE TABLE api.tokens (
     scopes text[] NOT NULL,
     expires_at timestamp with time zone,
     created_by text DEFAULT 'corral'::text NOT NULL,
-    CONSTRAINT tokens_scopes_check CHECK (((cardinality(scopes) > 0) AND (scopes <@ '{read,submit,admin,exec}'::text[])))
+    CONSTRAINT tokens_scopes_check CHECK (((cardinality(scopes) > 0) AND (scopes <@ '{read,submit,admin,exec,serve}'::text[])))
 );
 CREATE TABLE api.users (
     name text NOT NULL,
@@ -656,6 +722,20 @@ CREATE TABLE launcher.agents (
     isolation_detail text DEFAULT ''::text NOT NULL,
     machine_cpus integer DEFAULT 0 NOT NULL
 );
+CREATE TABLE launcher.artifacts (
+    id text NOT NULL,
+    job_id text NOT NULL,
+    output text NOT NULL,
+    manifest jsonb NOT NULL,
+    files integer NOT NULL,
+    size_bytes bigint NOT NULL,
+    sha256 text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT artifacts_files_check CHECK ((files >= 0)),
+    CONSTRAINT artifacts_id_check CHECK ((id ~ '^art-[0-9a-z]{26}$'::text)),
+    CONSTRAINT artifacts_sha256_check CHECK ((sha256 ~ '^[0-9a-f]{64}$'::text)),
+    CONSTRAINT artifacts_size_bytes_check CHECK ((size_bytes >= 0))
+);
 CREATE TABLE launcher.attempts (
     id text NOT NULL,
     job_id text NOT NULL,
@@ -681,7 +761,11 @@ CREATE TABLE launcher.attempts (
     stop_requested_at timestamp with time zone,
     stop_reason text,
     stop_platform text,
+    ready boolean DEFAULT false NOT NULL,
+    ready_detail text DEFAULT ''::text NOT NULL,
+    ready_changed_at timestamp with time zone,
     CONSTRAINT attempts_classification_check CHECK ((classification = ANY (ARRAY['transient'::text, 'permanent'::text, 'unknown'::text]))),
+    CONSTRAINT attempts_ready_detail_check CHECK ((length(ready_detail) <= 500)),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );
 CREATE TABLE launcher.node_credentials (
@@ -690,6 +774,16 @@ CREATE TABLE launcher.node_credentials (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     revoked_at timestamp with time zone,
     CONSTRAINT node_credentials_secret_sha256_check CHECK ((secret_sha256 ~ '^[0-9a-f]{64}$'::text))
+);
+CREATE TABLE launcher.task_outputs (
+    attempt_id text NOT NULL,
+    job_id text NOT NULL,
+    task_role text NOT NULL,
+    task_index integer NOT NULL,
+    manifest jsonb NOT NULL,
+    size_bytes bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT task_outputs_size_bytes_check CHECK ((size_bytes >= 0))
 );
 CREATE TABLE monitor.gpu_history (
     resolution_s integer NOT NULL,
@@ -899,14 +993,24 @@ ALTER TABLE ONLY api.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (username, key);
 ALTER TABLE ONLY api.interactive_sessions
     ADD CONSTRAINT interactive_sessions_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.job_inputs
+    ADD CONSTRAINT job_inputs_pkey PRIMARY KEY (job_id, "position");
 ALTER TABLE ONLY api.job_secrets
     ADD CONSTRAINT job_secrets_pkey PRIMARY KEY (job_id, name);
 ALTER TABLE ONLY api.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.join_tokens
     ADD CONSTRAINT join_tokens_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY api.model_versions
+    ADD CONSTRAINT model_versions_pkey PRIMARY KEY (model, version);
+ALTER TABLE ONLY api.models
+    ADD CONSTRAINT models_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.portal_sessions
     ADD CONSTRAINT portal_sessions_pkey PRIMARY KEY (secret_sha256);
+ALTER TABLE ONLY api.service_replicas
+    ADD CONSTRAINT service_replicas_pkey PRIMARY KEY (job_id);
+ALTER TABLE ONLY api.services
+    ADD CONSTRAINT services_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
@@ -939,12 +1043,18 @@ ALTER TABLE ONLY corral.service_instances
     ADD CONSTRAINT service_instances_pkey PRIMARY KEY (instance_id);
 ALTER TABLE ONLY launcher.agents
     ADD CONSTRAINT agents_pkey PRIMARY KEY (node_id);
+ALTER TABLE ONLY launcher.artifacts
+    ADD CONSTRAINT artifacts_job_id_output_key UNIQUE (job_id, output);
+ALTER TABLE ONLY launcher.artifacts
+    ADD CONSTRAINT artifacts_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_generation_task_role_task_index_key UNIQUE (job_id, generation, task_role, task_index);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY launcher.node_credentials
     ADD CONSTRAINT node_credentials_pkey PRIMARY KEY (node_id);
+ALTER TABLE ONLY launcher.task_outputs
+    ADD CONSTRAINT task_outputs_pkey PRIMARY KEY (attempt_id);
 ALTER TABLE ONLY monitor.gpu_history
     ADD CONSTRAINT gpu_history_pkey PRIMARY KEY (resolution_s, node_id, gpu_index, bucket);
 ALTER TABLE ONLY monitor.gpu_readings
@@ -986,7 +1096,12 @@ CREATE INDEX jobs_state_newest_first ON api.jobs USING btree (state, created_at 
 CREATE INDEX jobs_tags ON api.jobs USING gin (tags);
 CREATE INDEX jobs_user_created ON api.jobs USING btree (username, created_at DESC, id DESC);
 CREATE INDEX jobs_vc_newest_first ON api.jobs USING btree (virtual_cluster, created_at DESC, id DESC);
+CREATE INDEX model_versions_by_artifact ON api.model_versions USING btree (artifact_id);
+CREATE INDEX models_by_group ON api.models USING btree (group_name, name) WHERE (group_name IS NOT NULL);
+CREATE INDEX models_by_owner ON api.models USING btree (owner, name);
 CREATE INDEX portal_sessions_expiry ON api.portal_sessions USING btree (expires_at);
+CREATE INDEX service_replicas_by_service ON api.service_replicas USING btree (service, created_at);
+CREATE INDEX services_by_owner ON api.services USING btree (owner, name);
 CREATE INDEX tokens_by_user ON api.tokens USING btree (username);
 CREATE INDEX webhook_attempts_of ON api.webhook_attempts USING btree (delivery_id, id);
 CREATE INDEX webhook_deliveries_due ON api.webhook_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);
@@ -1000,6 +1115,7 @@ CREATE INDEX service_instances_by_service ON corral.service_instances USING btre
 CREATE INDEX attempts_by_job ON launcher.attempts USING btree (job_id);
 CREATE INDEX attempts_by_node_live ON launcher.attempts USING btree (node_id) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
 CREATE UNIQUE INDEX attempts_one_live_per_task ON launcher.attempts USING btree (job_id, task_role, task_index) WHERE (state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text]));
+CREATE INDEX task_outputs_by_task ON launcher.task_outputs USING btree (job_id, task_role, task_index, created_at DESC);
 CREATE INDEX gpu_history_by_age ON monitor.gpu_history USING btree (resolution_s, bucket);
 CREATE INDEX gpu_history_by_job ON monitor.gpu_history USING btree (job_id, resolution_s, bucket) WHERE (job_id IS NOT NULL);
 CREATE INDEX health_events_by_node ON monitor.health_events USING btree (node_id, at DESC);
@@ -1014,8 +1130,24 @@ ALTER TABLE ONLY api.group_members
     ADD CONSTRAINT group_members_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.idempotency_keys
     ADD CONSTRAINT idempotency_keys_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED;
+ALTER TABLE ONLY api.job_inputs
+    ADD CONSTRAINT job_inputs_artifact_id_fkey FOREIGN KEY (artifact_id) REFERENCES launcher.artifacts(id);
+ALTER TABLE ONLY api.job_inputs
+    ADD CONSTRAINT job_inputs_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id) ON DELETE CASCADE;
 ALTER TABLE ONLY api.job_secrets
     ADD CONSTRAINT job_secrets_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id) ON DELETE CASCADE;
+ALTER TABLE ONLY api.model_versions
+    ADD CONSTRAINT model_versions_artifact_id_fkey FOREIGN KEY (artifact_id) REFERENCES launcher.artifacts(id);
+ALTER TABLE ONLY api.model_versions
+    ADD CONSTRAINT model_versions_model_fkey FOREIGN KEY (model) REFERENCES api.models(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.model_versions
+    ADD CONSTRAINT model_versions_model_parent_version_fkey FOREIGN KEY (model, parent_version) REFERENCES api.model_versions(model, version);
+ALTER TABLE ONLY api.models
+    ADD CONSTRAINT models_group_name_fkey FOREIGN KEY (group_name) REFERENCES api.groups(name) ON DELETE SET NULL;
+ALTER TABLE ONLY api.service_replicas
+    ADD CONSTRAINT service_replicas_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
+ALTER TABLE ONLY api.service_replicas
+    ADD CONSTRAINT service_replicas_service_fkey FOREIGN KEY (service) REFERENCES api.services(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_attempts
@@ -1024,8 +1156,12 @@ ALTER TABLE ONLY api.webhook_deliveries
     ADD CONSTRAINT webhook_deliveries_webhook_id_fkey FOREIGN KEY (webhook_id) REFERENCES api.webhooks(id) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_secrets
     ADD CONSTRAINT webhook_secrets_webhook_id_fkey FOREIGN KEY (webhook_id) REFERENCES api.webhooks(id) ON DELETE CASCADE;
+ALTER TABLE ONLY launcher.artifacts
+    ADD CONSTRAINT artifacts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
+ALTER TABLE ONLY launcher.task_outputs
+    ADD CONSTRAINT task_outputs_attempt_id_fkey FOREIGN KEY (attempt_id) REFERENCES launcher.attempts(id);
 ALTER TABLE ONLY monitor.gpus
     ADD CONSTRAINT gpus_node_id_fkey FOREIGN KEY (node_id) REFERENCES monitor.nodes(id);
 ALTER TABLE ONLY monitor.health_events

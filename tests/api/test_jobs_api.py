@@ -71,6 +71,10 @@ BAD_SPECS = [
     pytest.param(_with(colour="blue"), "colour", id="unknown-field"),
     pytest.param(_with(tasks__0__resources__gpu=1), "tasks.0.resources.gpu", id="misspelt-field"),
     pytest.param(_with(name="../etc/passwd"), "name", id="path-in-name"),
+    pytest.param(
+        _with(outputs=[{"name": "model", "path": "../../etc"}]), "outputs.0.path", id="output-escapes"
+    ),
+    pytest.param(_with(outputs=[{"name": "model", "path": "/etc"}]), "outputs.0.path", id="output-absolute"),
     pytest.param(_with(name="a" * 200), "name", id="long-name"),
     pytest.param(_with(tasks__0__command="   "), "tasks.0.command", id="blank-command"),
     pytest.param(_with(tasks=[]), "tasks", id="no-tasks"),

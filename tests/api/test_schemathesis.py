@@ -83,6 +83,10 @@ RULES_THE_SCHEMA_CANNOT_STATE = {
     "createSilence": "it ends before it starts or is over already",
     "createWebhook": "the virtual cluster does not exist",
     "putVirtualCluster": "`allowed_groups` names a group that does not exist",
+    "registerModelVersion": "the source job is not yours, did not succeed",
+    # A service's port must be one of its role's port labels: a rule across two fields.
+    "createService": "the service's port is not a port label of its role",
+    "updateServiceSpec": "the service's port is not a port label of its role",
 }
 # Schemathesis' own list of what answers a schema-valid request may get, and 422.
 ACCEPTED_WITH_A_RULE = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]

@@ -59,7 +59,7 @@ async def test_jobs_commands_print_json_that_parses_and_tables_for_people(
         assert code == 0, err
         assert isinstance(json.loads(out), list)
     # The services and, under make up, what its supervisor keeps alive (nothing here).
-    code, out, err = await corral("services", "--json")
+    code, out, err = await corral("instances", "--json")
     assert code == 0, err
     assert isinstance(json.loads(out)["items"], list)
     assert json.loads(out)["supervised"] == []

@@ -137,7 +137,7 @@ async def test_a_hung_service_is_reported_down_and_recovers(stack: Stack) -> Non
     stops beating; ServiceDown fires, and resolves itself when it runs again."""
     (stack.home / "alert-rules.yaml").write_text("conditions:\n  service_down: {after_s: 10}\n")
     await _until(lambda: "after_s: 10.0" in corral(stack, "alert-rules").stdout, "the rules file")
-    listed = corral(stack, "services").stdout
+    listed = corral(stack, "instances").stdout
     assert {"api", "scheduler", "launcher", "monitor", "alerter"} <= {
         line.split()[0]
         for line in listed.split("\n\n")[0].splitlines()[1:]  # (the instances' table)

@@ -201,7 +201,7 @@ async def test_a_killed_postmaster_recovers_and_a_submit_succeeds_within_10_s(st
 
 async def test_operators_see_each_server_restarted_with_its_last_exit(stack: Stack) -> None:
     async with stack.client() as http:
-        view = (await http.get("/api/v1/services")).json()
+        view = (await http.get("/api/v1/service-instances")).json()
     servers = {p["name"]: p for p in view["supervised"] if p["kind"] == "server"}
     assert set(servers) == {"postgres", "nats-server"}
     for server in servers.values():
@@ -218,7 +218,7 @@ async def test_operators_see_each_server_restarted_with_its_last_exit(stack: Sta
         stack.base_url,
         "--token",
         stack.token(),
-        "services",
+        "instances",
         stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await shown.communicate()

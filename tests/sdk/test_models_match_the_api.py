@@ -19,6 +19,18 @@ from pydantic import BaseModel
 from corral.sdk import models
 from corral.sdk.models.base import Model
 from corral.sdk.models.cluster import JoinedDatabase, JoinedNats
+from corral.sdk.models.registry import (
+    Artifact,
+    ArtifactDetail,
+    ArtifactFile,
+    ModelVersion,
+    ModelVersionDetail,
+    PinnedInput,
+    RegisteredModel,
+    RegisteredModelDetail,
+    RegisteredModelPage,
+)
+from corral.sdk.models.serving import Service, ServiceReplica
 from tests.openapi_snapshot import SNAPSHOT
 
 # SDK model -> the API schema it mirrors.
@@ -67,6 +79,17 @@ MIRRORS: dict[type[BaseModel], str] = {
     models.Webhook: "WebhookView",
     models.WebhookCreated: "WebhookCreated",
     models.WhoAmI: "WhoAmI",
+    Artifact: "ArtifactSummary",
+    ArtifactDetail: "ArtifactView",
+    ArtifactFile: "ArtifactFile",
+    ModelVersion: "VersionView",
+    ModelVersionDetail: "VersionDetail",
+    PinnedInput: "InputView",
+    RegisteredModel: "ModelSummary",
+    RegisteredModelDetail: "ModelView",
+    RegisteredModelPage: "ModelList",
+    Service: "ServiceView",
+    ServiceReplica: "ReplicaView",
 }
 # Models that mirror no one schema: ``Detail`` is every answer that is only a sentence.
 MIRRORS_NOTHING = {models.Detail}

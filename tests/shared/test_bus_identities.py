@@ -191,6 +191,11 @@ async def test_a_connection_without_or_with_wrong_credentials_is_refused(
         # another node's interactive streams: its keystrokes, its open requests, its output
         (node_user("a"), subscribe("corral.interactive.b.in.0123456789abcdef0123456789abcdef")),
         (node_user("a"), subscribe("corral.interactive.b.open")),
+        # another node's artifacts (its tasks' uploads and inputs), or answering for the launcher
+        (node_user("a"), publish("corral.artifacts.b.upload")),
+        (node_user("a"), publish("corral.artifacts.b.blob")),
+        (node_user("a"), subscribe("corral.artifacts.a.upload")),
+        ("api", publish("corral.artifacts.a.blob")),
         (node_user("a"), publish("corral.interactive.b.out.0123456789abcdef0123456789abcdef")),
         (node_user("a"), publish("corral.interactive.a.in.0123456789abcdef0123456789abcdef")),
         (INTEGRATOR, subscribe("corral.interactive.a.out.0123456789abcdef0123456789abcdef")),
@@ -265,6 +270,26 @@ async def test_a_node_gets_its_work_and_answers_its_log_questions_only(
     finally:
         await node.close()
         await admin.close()
+
+
+async def test_a_node_asks_the_launcher_about_its_own_artifacts(secured: tuple[LocalNats, Path]) -> None:
+    server, home = secured
+    launcher = await NatsBus.connect(settings(server, home, "launcher"))
+    node = await NatsBus.connect(settings(server, home, node_user("a")))
+    try:
+
+        async def answer(question: bytes) -> bytes:
+            return b"inputs for " + question
+
+        answering = asyncio.create_task(launcher.answer("corral.artifacts.*.>", "launcher-artifacts", answer))
+        await asyncio.sleep(0.2)
+        assert await node.request("corral.artifacts.a.inputs", b"att-1", timeout_s=2) == b"inputs for att-1"
+        answering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await answering
+    finally:
+        await node.close()
+        await launcher.close()
 
 
 async def test_an_integrator_reads_its_stream_through_its_own_consumer(

@@ -75,7 +75,12 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "api.portal_sessions":              ("SID",  "",     "",     "",     "",     ""),
     "api.interactive_sessions":         ("SIUD", "",     "",     "",     "",     ""),
     "api.job_secrets":                  ("SI",   "",     "S",    "",     "",     ""),
+    "api.job_inputs":                   ("SI",   "",     "S",    "",     "",     ""),
     "api.jobs":                         ("SIU",  "SU",   "SU",   "",     "S",    ""),
+    "api.model_versions":               ("SI",   "",     "",     "",     "",     ""),
+    "api.models":                       ("SIU",  "",     "",     "",     "",     ""),
+    "api.service_replicas":             ("SIUD", "S",    "S",    "",     "",     ""),
+    "api.services":                     ("SIUD", "S",    "S",    "",     "",     ""),
     "api.tokens":                       ("SIU",  "",     "",     "",     "",     ""),
     "api.users":                        ("SIUD", "",     "",     "",     "",     ""),
     "api.virtual_clusters":             ("SIUD", "S",    "",     "",     "",     ""),
@@ -95,7 +100,9 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "corral.service_instances":         ("SIUD", "SIUD", "SIUD", "SIUD", "SIUD", ""),
     "launcher.agents":                  ("S",    "S",    "SIU",  "",     "",     ""),
     "launcher.attempts":                ("S",    "S",    "SIU",  "S",    "S",    ""),
+    "launcher.artifacts":               ("S",    "",     "SI",   "",     "",     ""),
     "launcher.node_credentials":        ("SIU",  "",     "",     "",     "",     ""),
+    "launcher.task_outputs":            ("S",    "",     "SIU",  "",     "",     ""),
     "monitor.gpu_history":              ("S",    "",     "",     "SIUD", "S",    ""),
     "monitor.job_gpu_usage_daily":      ("S",    "",     "",     "SIUD", "",     ""),
     "monitor.job_gpu_usage_mark":       ("S",    "",     "",     "SU",   "",     ""),
@@ -125,6 +132,7 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "launcher.node_record_dead_letter()": ("",   "",     "",     "",     "",     "X"),
     "launcher.node_register()":         ("",     "",     "",     "",     "",     "X"),
     "launcher.node_renew_lease()":      ("",     "",     "",     "",     "",     "X"),
+    "launcher.node_set_readiness()":    ("",     "",     "",     "",     "",     "X"),
 }  # fmt: skip
 
 CORRAL_SCHEMAS = ["api", "scheduler", "launcher", "monitor", "alerter", "corral"]

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # closing the connection (tests/shared/test_outbox.py checks both ways out).
 ALLOWED = {
     "services/scheduler/leader.py": {"session advisory lock"},
+    # The service controller's lease, held like the scheduler leader's on its own connection.
+    "services/api/serving/controller.py": {"session advisory lock"},
     "shared/outbox/relay.py": {"LISTEN", "session advisory lock"},
     # Hears the node agents' "attempt ended"; UNLISTENs before its connection goes back.
     "services/launcher/attempt_ends.py": {"LISTEN"},

@@ -1,4 +1,4 @@
-"""``/api/v1/services``: every running instance of Corral's own services, and when each
+"""``/api/v1/service-instances``: every running instance of Corral's own services, and when each
 was last heard (``shared/liveness.py``): what the alerter's ``ServiceDown`` rule watches.
 
 Under ``make up`` also what its supervisor keeps alive, the stack's own Postgres and NATS
@@ -21,7 +21,7 @@ from services.api.cluster.dependencies import ClusterRepo
 from services.api.dependencies import SettingsDep
 from services.api.tenants.auth import AuthenticatedPrincipal
 
-router = APIRouter(prefix="/api/v1/services", tags=["operations"])
+router = APIRouter(prefix="/api/v1/service-instances", tags=["operations"])
 log = logging.getLogger(__name__)
 
 

@@ -64,6 +64,16 @@ async def _check_event_sources(repo: JobRepository, spec: JobSpec, principal: Pr
             )
 
 
+def _not_a_service(spec: JobSpec) -> None:
+    """A service is not submitted as one job: its replicas are jobs that the service
+    controller keeps running (services/api/serving/)."""
+    if spec.kind == "service":
+        raise InvalidInput(
+            "kind: a kind: service spec creates a service, not a job: send it to POST /api/v1/services"
+            " (corral service create -f SPEC, or corral submit, which does that for you)"
+        )
+
+
 SUBMITTED = 201
 # What a submit (and so a resubmit, a dry run) is refused for beyond the token itself.
 SUBMIT_FORBIDDEN = (
@@ -72,7 +82,8 @@ SUBMIT_FORBIDDEN = (
 )
 SUBMIT_INVALID = (
     "a field is wrong (`errors` names it), the virtual cluster does not exist (admins), or no "
-    "registered node could ever hold the job (more GPUs, CPUs or memory than any node has)"
+    "registered node could ever hold the job (more GPUs, CPUs or memory than any node has), or an "
+    "input names a model version or artifact that does not exist or that you may not read (`inputs[i]`)"
 )
 
 
@@ -120,6 +131,7 @@ async def submit_job(
     Refused, with nothing stored: a VC you may not use (403), and a job no registered node
     could ever hold, or a VC that does not exist (422, which the schema cannot say)."""
     job = await _read(request, settings)
+    _not_a_service(job.spec)
     await _check_event_sources(repo, job.spec, principal)
     key = None
     if idempotency_key is not None:
@@ -174,7 +186,7 @@ async def dry_run(
     start. A job that can never run gets the 422 a submit would get. Takes what a submit
     takes (JSON, YAML, OpenPAI v2)."""
     spec = (await _read(request, settings)).spec
-    await Submitter(repo, shapes).check(spec, principal.vc_user)
+    await Submitter(repo, shapes).check(spec, principal.username, principal.vc_user)
     if ask is None:
         raise TransientError("this API serves no scheduler questions (no message bus); try again later")
     question = DryRunRequest(spec=spec, user=principal.username).model_dump_json().encode()
@@ -342,6 +354,7 @@ async def resubmit_job(
     (your VCs); the old job is untouched."""
     old = await _visible_job(repo, job_id, principal)
     spec = JobSpec.model_validate(old.spec)
+    _not_a_service(spec)
     submitted = await Submitter(repo, shapes).submit(
         spec, principal.username, principal.vc_user, secrets_from=job_id, tags=list(old.tags)
     )

@@ -10,7 +10,9 @@ stores the job, its event and the call's audit row at once: no BEGIN and COMMIT 
 trips. When that statement stores nothing, the transaction of the full path finds out
 why (or, should the VC have appeared meanwhile, submits). A submit with secrets, a copy
 of another job's secrets (a resubmit) or an ``Idempotency-Key`` takes that transaction
-from the start.
+from the start, and so does a job with inputs: each is pinned to the artifact it names
+now, in that transaction, and refused (422) when the submitter may not use it
+(``services/api/models/inputs.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from services.api.audit import AuditEntry
 from services.api.jobs.admission import ClusterShape, ShapeCache, check_can_ever_run
 from services.api.jobs.idempotency import IdempotencyKey
 from services.api.jobs.repository import JobRepository, JobRow, JobWrites, NewJob
+from services.api.models.inputs import pin_inputs, record_inputs
+from services.api.models.repository import Reader
 from shared.errors import Forbidden, InvalidInput
 from shared.events import JobSubmitted
 from shared.events.jobs import JobSubmittedData
@@ -83,7 +87,7 @@ class Submitter:
                 total_gpus=spec.total_gpus,
             ),
         )
-        if not secrets and secrets_from is None and idempotency is None:
+        if not secrets and secrets_from is None and idempotency is None and not spec.inputs:
             stored = await self.repo.submit_at_once(job, vc_user, event, audit)
             if stored is not None:
                 return Submitted(stored, audited=audit is not None)
@@ -95,7 +99,9 @@ class Submitter:
                     replayed = await tx.get_job(earlier)
                     assert replayed is not None  # the key's job: deleted with it (cascade)
                     return Submitted(replayed, replayed=True)
+            inputs = await pin_inputs(tx.conn, spec.inputs, Reader(username, vc_user is None))
             stored = await tx.insert_job(job)
+            await record_inputs(tx.conn, job.id, inputs)
             if secrets:
                 await tx.insert_secrets(job.id, secrets)
             if secrets_from is not None:
@@ -105,11 +111,12 @@ class Submitter:
             await idempotency.sweep(self.repo)
         return Submitted(stored)
 
-    async def check(self, spec: JobSpec, vc_user: str | None) -> None:
+    async def check(self, spec: JobSpec, username: str, vc_user: str | None) -> None:
         """The checks of a submit, storing nothing (for dry runs)."""
         check_can_ever_run(spec, await self.shapes.get())
         async with self.repo.transaction() as tx:
             await self._check_vc(tx, spec, vc_user)
+            await pin_inputs(tx.conn, spec.inputs, Reader(username, vc_user is None))
 
     @staticmethod
     async def _check_vc(tx: JobWrites, spec: JobSpec, vc_user: str | None) -> None:

@@ -21,6 +21,8 @@ often at most (``RULES``):
 - ``nodes``: node and alert events (a drain, a GPU gone bad), once a second. Job events
   do not wake it: a heat map of thousands of GPUs is the dearest panel to render, and
   which GPUs are held shows with the telemetry refresh;
+- ``services``: events of the jobs the user can see (a replica is a job), once a second;
+  also every telemetry interval, for readiness and request rates, which are not events;
 - ``cluster``: every event (home, virtual clusters), at most once an overview interval:
   their panels aggregate the whole cluster, and on a busy one something changes every
   second.
@@ -56,7 +58,7 @@ from shared.errors import InvalidInput, TransientError
 
 router = APIRouter(route_class=PortalRoute, include_in_schema=False)
 
-View = Literal["jobs", "job", "alerts", "nodes", "cluster"]
+View = Literal["jobs", "job", "alerts", "nodes", "services", "cluster"]
 JOB_ID = r"^job-[0-9a-z]{1,40}$"
 READY_TIMEOUT_S = 5.0
 CHANGED = b"event: changed\ndata: changed\n\n"
@@ -76,6 +78,7 @@ RULES: dict[str, Rule] = {
     "job": Rule(("corral.job.", "corral.task.", "corral.alert.")),
     "alerts": Rule(("corral.alert.",)),
     "nodes": Rule(("corral.node.", "corral.alert."), telemetry=True),
+    "services": Rule(("corral.job.", "corral.task."), telemetry=True),
     "cluster": Rule(
         ("corral.job.", "corral.task.", "corral.node.", "corral.alert."), overview=True, telemetry=True
     ),

@@ -41,6 +41,7 @@ from services.api.portal.repository_jobs import GpuPoint
 from services.api.portal.routes_jobs import JobPages, visible_job
 from services.api.portal.session import PortalUser
 from shared.clock import utcnow
+from shared.errors import InvalidInput
 from shared.jobs import JobSpec, JobState
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,14 @@ async def resubmit(
     submitted by this user now (with a submit's checks); the browser goes to it. Its audit
     row names the new job, as the API's does."""
     old = await visible_job(repo, job_id, user)
+    spec = JobSpec.model_validate(old.spec)
+    if spec.kind == "service":  # its service's controller replaces a replica, never a resubmit
+        raise InvalidInput(
+            "a service's replica is not resubmitted: its service keeps its replicas running;"
+            " scale or update the service instead (its page is linked from this job's)"
+        )
     submitted = await Submitter(repo, shapes).submit(
-        JobSpec.model_validate(old.spec),
+        spec,
         user.username,
         user.principal.vc_user,
         secrets_from=job_id,

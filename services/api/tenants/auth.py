@@ -13,7 +13,9 @@ once, so no route can forget: reads (GET, HEAD) need ``read``, everything else
 ``exec`` (a shell, a port or a proxied page inside a running task) stands outside that
 ladder: running commands in a task is more than submitting one, so a token carries it
 only when it was made with it, or is an ``admin`` token (``implied``); the interactive
-routes ask for it with ``require_scope``.
+routes ask for it with ``require_scope``. ``serve`` (calling a service through
+``/serve/{name}/``) stands outside the ladder the same way, so an application can be given
+a token that does that and nothing else.
 A token acts for its user only with the scopes that user may still hold (``admin`` only
 while the user is an admin), checked on every verification: demoting a user disarms their
 admin tokens within ``TOKEN_CACHE_S``, and a token can never carry more than its user.
@@ -50,34 +52,34 @@ TOKEN_CACHE_S = 5.0
 TOKEN_PREFIX = "crl_"  # noqa: S105  # a prefix that makes leaked tokens greppable, not a secret
 BOOTSTRAP_TOKEN_ID = "tok-admin-bootstrap"  # noqa: S105  # an id, not a secret
 
-Scope = Literal["read", "submit", "admin", "exec"]
+Scope = Literal["read", "submit", "admin", "exec", "serve"]
 SCOPE_ORDER: tuple[Scope, ...] = ("read", "submit", "admin")
-# Every scope, in the order they are listed; ``exec`` is not on the ladder above.
-ALL_SCOPES: tuple[Scope, ...] = (*SCOPE_ORDER, "exec")
+# Every scope, in the order they are listed; ``exec`` and ``serve`` are not on the ladder above.
+OFF_LADDER: tuple[Scope, ...] = ("exec", "serve")
+ALL_SCOPES: tuple[Scope, ...] = (*SCOPE_ORDER, *OFF_LADDER)
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def implied(scopes: Iterable[str]) -> frozenset[Scope]:
     """Every scope a token made with the given ones holds: each implies those before it in
-    ``SCOPE_ORDER``; ``exec`` only itself (an ``admin`` token acts with it as long as it
-    acts as an admin: ``with_admin_powers``)."""
+    ``SCOPE_ORDER``; ``exec`` and ``serve`` only themselves (an ``admin`` token acts with
+    them as long as it acts as an admin: ``with_admin_powers``)."""
     given = set(scopes)
     highest = max((SCOPE_ORDER.index(s) for s in given if s in SCOPE_ORDER), default=-1)
     granted: set[Scope] = set(SCOPE_ORDER[: highest + 1])
-    if "exec" in given:
-        granted.add("exec")
+    granted.update(scope for scope in OFF_LADDER if scope in given)
     return frozenset(granted)
 
 
 def with_admin_powers(scopes: frozenset[Scope]) -> frozenset[Scope]:
-    """``admin`` implies ``exec``; derived at each verification rather than stored, so a
-    demoted admin's old token loses both together."""
-    return scopes | {"exec"} if "admin" in scopes else scopes
+    """``admin`` implies ``exec`` and ``serve``; derived at each verification rather than
+    stored, so a demoted admin's old token loses them together."""
+    return scopes | set(OFF_LADDER) if "admin" in scopes else scopes
 
 
 def allowed_for_role(role: str) -> frozenset[Scope]:
     """The scopes a user of this role may hold."""
-    return frozenset(ALL_SCOPES) if role == "admin" else frozenset(("read", "submit", "exec"))
+    return frozenset(ALL_SCOPES) if role == "admin" else frozenset(("read", "submit", *OFF_LADDER))
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,10 @@ class TokenSpec(BaseModel):
     scopes: list[Scope] = Field(
         default_factory=_default_scopes,
         min_length=1,
-        max_length=4,
+        max_length=5,
         description="read, submit, admin: each implies those before it; exec (a shell, a port or a"
-        " proxied page in a running task of yours) only when asked for, or with admin",
+        " proxied page in a running task of yours) and serve (calling services through /serve/)"
+        " only when asked for, or with admin",
     )
     expires_at: Timestamp | None = Field(
         default=None, description="when it stops working (default in 90 days; at most a year away)"

@@ -22,8 +22,16 @@ from typing import Any
 
 from services.launcher import metrics
 from services.launcher.agent import sandboxed
+from services.launcher.agent.adoption import unwatched_task
+from services.launcher.agent.artifacts import (
+    ArtifactsProblem,
+    TaskArtifacts,
+    prepare_task,
+    save_outputs,
+)
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.event_files import EventFileCopies
+from services.launcher.agent.probes import LIVENESS_PLATFORM, Probes
 from services.launcher.agent.processes import (
     Exit,
     TaskFiles,
@@ -50,6 +58,8 @@ from shared.telemetry import span_in_job_trace
 
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
+# Stops the agent decides itself (not asked for by the platform): their reason stands alone.
+AGENTS_OWN_STOPS = frozenset({"max_runtime_exceeded", LIVENESS_PLATFORM})
 
 
 class NodeAgent:
@@ -66,6 +76,7 @@ class NodeAgent:
         sandbox: Sandbox | None = None,
         node_secret: str | None = None,
         on_task_end: Callable[[str], None] | None = None,
+        artifacts: TaskArtifacts | None = None,
     ) -> None:
         self._records = NodeRepository(db, node_id, node_secret)
         self._tg = tg
@@ -78,7 +89,9 @@ class NodeAgent:
         self._isolation_detail = ""
         self._tasks: dict[str, Task] = {}
         self._on_task_end = on_task_end  # (the interactive sessions of the attempt end with it)
+        self._artifacts = artifacts  # None: this agent cannot run jobs with inputs or outputs
         self.event_files = EventFileCopies(tg)
+        self.probes = Probes(tg, self._records.set_readiness, self.stop, stop_grace_s)
         self.epoch: int | None = None
 
     @property
@@ -185,6 +198,13 @@ class NodeAgent:
         task_role = next(r for r in spec.tasks if r.name == role)
         cwd = self._work_dir / task.job_id
         task.memory_mb = task_role.resources.memory_mb
+        if spec.inputs or spec.outputs:
+            try:
+                env.update(await prepare_task(self._artifacts, task, spec, cwd))
+            except ArtifactsProblem as exc:
+                task.platform = exc.platform
+                await self.report_exit(task, Exit(None, None, f"could not place the task's inputs: {exc}"))
+                return False
         try:
             if self._sandbox is None:
                 cwd.mkdir(parents=True, exist_ok=True)
@@ -210,6 +230,7 @@ class NodeAgent:
             self._fence(task)
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
         self._follow_event_files(task, spec)
+        self.probes.follow(task, spec)
         return True
 
     def _follow_event_files(self, task: Task, spec: JobSpec) -> None:
@@ -256,9 +277,11 @@ class NodeAgent:
                 outcome = await wait
                 task.ended = True
                 self.event_files.stop(task.attempt_id)
+                self.probes.stop(task.attempt_id)
                 if self._on_task_end is not None:
                     self._on_task_end(task.attempt_id)
                 outcome = sandboxed.verdict(task, outcome)
+                await save_outputs(self._artifacts, task)  # (before the end is reported)
                 await self._report_until_recorded(task, outcome)
                 await self._finish_sandbox(task)
                 if task.files is not None:
@@ -317,8 +340,10 @@ class NodeAgent:
         verdict = classify(TaskEnd(outcome.exit_code, outcome.signal, platform, tail), task.rules)
         reason = outcome.reason or verdict.reason
         if task.stop_reason is not None:
-            own = platform == "max_runtime_exceeded"  # the agent's own stop: say why plainly
+            own = platform in AGENTS_OWN_STOPS  # the agent's own stop: say why plainly
             reason = task.stop_reason if own else f"stopped: {task.stop_reason}"
+        if task.outputs_problem is not None:
+            reason = f"{reason}; its outputs were not saved: {task.outputs_problem}"
         exited = exited_event(
             SOURCE,
             attempt_id=task.attempt_id,
@@ -371,20 +396,7 @@ class NodeAgent:
                 await self.start_attempt(attempt_id)
                 continue
             spec = JobSpec.model_validate(row["spec"])
-            task = Task(
-                attempt_id,
-                job_id=row["job_id"],
-                generation=row["generation"],
-                role=row["task_role"],
-                index=row["task_index"],
-                ports=dict(row["ports"] or {}),
-                files=TaskFiles.for_attempt(self._state_dir, attempt_id),
-                log_path=Path(row["log_path"]) if row["log_path"] else None,
-                rules=tuple(spec.retry.rules),
-                stop_reason=row["stop_reason"] if row["stop_requested_at"] else None,
-                platform=row["stop_platform"] if row["stop_requested_at"] else None,
-                memory_mb=next(r.resources.memory_mb for r in spec.tasks if r.name == row["task_role"]),
-            )
+            task = unwatched_task(row, spec, self._state_dir, self.work_dir_of(row["job_id"]))
             if self._sandbox is not None:
                 task.cgroup = self._sandbox.adopt(attempt_id, task.job_id)
             await self._settle_unwatched(task, row["state"], row["pid"], row["pid_start_ticks"], spec)
@@ -417,11 +429,14 @@ class NodeAgent:
                 await self._report_started(task, ticks, None)
             self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
             self._follow_event_files(task, spec)
+            self.probes.follow(task, spec)
             return
         if task.cgroup is not None and task.cgroup.processes():
             # Its helper is gone but processes of it run on: nothing would record their end.
             task.cgroup.kill()
         recorded = task.files.read_exit()
+        if state == "RUNNING":  # (one that never ran, STARTING, left nothing to keep)
+            await save_outputs(self._artifacts, task)
         if recorded is not None:
             await self.report_exit(task, sandboxed.verdict(task, recorded))
         else:

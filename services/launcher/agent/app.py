@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
+from services.launcher.agent.artifacts import TaskArtifacts
 from services.launcher.agent.interactive.server import InteractiveServer
 from services.launcher.agent.repository import NodeDeadLetters, NodeLiveness, NodeRepository
 from services.launcher.agent.sandbox.sandbox import (
@@ -157,6 +158,12 @@ async def _serve(
             node_secret=node_secret,
             # (bound late: the server is made just below, with the agent it serves)
             on_task_end=lambda attempt_id: interactive.task_ended(attempt_id),
+            artifacts=TaskArtifacts(
+                res.bus.nc,
+                node_id,
+                input_cache_dir(settings),
+                max_output_bytes=settings.artifacts.max_task_output_mb * 1024 * 1024,
+            ),
         )
         interactive = InteractiveServer(res.bus.nc, node_id, agent, tg)
         await agent.register(settings.agent.lease_s, isolation_detail)
@@ -178,6 +185,12 @@ async def _serve(
             res.db, settings.log_dir, retention_hours, expired=records(res.db).expired_task_logs
         )
         tg.create_task(every(SWEEP_EVERY_S, retention.sweep, "log retention"), name="log-retention")
+
+
+def input_cache_dir(settings: Settings) -> Path:
+    """The node's cache of input blobs: in its work directory, so that inputs are hard
+    links to it (one filesystem), and hidden from tasks with the rest of it."""
+    return settings.work_dir / ".input-cache"
 
 
 def node_secret_of(settings: Settings) -> str | None:

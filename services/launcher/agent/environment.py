@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from shared.jobs import JobSpec
 
@@ -81,6 +82,25 @@ def port_environment(job_id: str, role: str, index: int, ports: dict[str, list[i
         if numbers:
             env[f"CORRAL_PORT_{token}"] = str(numbers[0])
         env[f"CORRAL_PROXY_PATH_{token}"] = f"/proxy/{job_id}/{role}-{index}/{label}/"
+    return env
+
+
+def artifact_environment(
+    input_dir: Path, output_dir: Path | None, inputs: list[tuple[str, str]]
+) -> dict[str, str]:
+    """Where the task finds its inputs and leaves its outputs. ``inputs``: (reference as
+    pinned, e.g. ``mnist@4`` or ``job-…:model``; where it landed under ``input_dir``).
+
+    ``CORRAL_MODEL_DIR_<NAME>`` is each model input's version directory (``-`` in the
+    name becomes ``_``, upper-cased), so a task reads ``$CORRAL_MODEL_DIR_MNIST``
+    whichever version was pinned."""
+    env = {"CORRAL_INPUT_DIR": str(input_dir)}
+    if output_dir is not None:
+        env["CORRAL_OUTPUT_DIR"] = str(output_dir)
+    for ref, path in inputs:
+        if "@" in ref:
+            name = ref.split("@", 1)[0]
+            env[f"CORRAL_MODEL_DIR_{_env_token(name).upper()}"] = str(input_dir / path)
     return env
 
 

@@ -105,6 +105,10 @@ class NodeRepository:
         )
         return job_id is not None
 
+    async def set_readiness(self, attempt_id: str, ready: bool, detail: str) -> bool:
+        """Record a running task's readiness; False once it is not RUNNING any more."""
+        return bool(await self.db.fetchval(SQL.set_readiness, *self._me, attempt_id, ready, detail))
+
     async def live_attempts(self) -> list[asyncpg.Record]:
         """The node's attempts ASSIGNED, STARTING or RUNNING, with their jobs' specs."""
         return await self.db.fetch(SQL.live_attempts, *self._me)

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Container
 from pathlib import Path
 
+from services.launcher.agent import input_tree
 from services.launcher.agent.processes import Exit, spawn_sandboxed
 from services.launcher.agent.sandbox.sandbox import Sandbox
 from services.launcher.agent.tasks import Task
@@ -32,7 +33,8 @@ def start(
     cwd: Path,
     task_role: TaskRole,
 ) -> subprocess.Popen[bytes]:
-    """Ready the task's uid, working directory, cores and cgroup; start its helper."""
+    """Ready the task's uid, working directory, cores and cgroup; start its helper.
+    Its output directory (its job declares outputs) becomes the task's own."""
     assert task.files is not None
     assert task.log_path is not None
     launch = sandbox.prepare(
@@ -48,6 +50,8 @@ def start(
         command=task_role.command,
     )
     task.cgroup = launch.cgroup
+    if task.output_dir is not None:
+        input_tree.hand_over(task.output_dir, launch.identity.uid, launch.identity.gid)
     if launch.cpus.note:
         log.info("attempt %s on cores %s: %s", task.attempt_id, launch.cpus.cpuset, launch.cpus.note)
     own = {k: v for k, v in launch.env.items() if not (k == "OMP_NUM_THREADS" and k in task_role.env)}

@@ -34,6 +34,8 @@ class Task:
     signalled: bool = False  # SIGTERM sent (a stop is signalled once, whoever asks)
     cgroup: TaskCgroup | None = None  # sandboxed: every process of the task
     memory_mb: int = 0
+    output_dir: Path | None = None  # its job declares outputs: uploaded when it ends
+    outputs_problem: str | None = None  # why its outputs could not be saved
 
     def kill(self) -> None:
         """SIGKILL every process of the task: its cgroup when sandboxed (a grandchild

@@ -17,6 +17,11 @@ exactly what was validated.
   runtime's default seccomp profile and a read-only root filesystem; its working
   directory (``/work``, also ``HOME``), ``/tmp`` and ``/dev/shm`` are emptyDirs of its
   own. No service account token is mounted: a task must not act on the cluster's API.
+- A replica of a service gets the spec's probes as the kubelet's: ``readinessProbe`` an
+  ``httpGet`` (a ``tcpSocket`` on the service's port when the spec has none) and
+  ``livenessProbe`` an ``httpGet``, on the container port allocated to the probe's label;
+  the runner reads the pod's ``Ready`` condition back as the attempt's readiness
+  (``status.py``). Kubernetes counts probe times in whole seconds, so they are rounded up.
 - ``max_runtime_s`` becomes ``activeDeadlineSeconds``: the kubelet enforces it even
   when Corral is down, and the pod ends ``DeadlineExceeded``.
 - The Service is headless, selects the job's pods, and publishes addresses before the
@@ -27,6 +32,7 @@ exactly what was validated.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +54,7 @@ from services.launcher.kubernetes.names import (
     service_name,
 )
 from services.launcher.kubernetes.settings import KubernetesSettings
+from shared.service_spec import Probe
 
 Manifest = dict[str, Any]
 CONTAINER_NAME = "task"
@@ -141,6 +148,42 @@ def _container_ports(launch: TaskLaunch) -> list[Manifest]:
     return [{"containerPort": port, "protocol": "TCP"} for port in numbers]
 
 
+def _probes(launch: TaskLaunch) -> Manifest:
+    """The kubelet's probes of a service's replica (nothing for a batch task)."""
+    service = launch.service
+    if service is None:
+        return {}
+
+    def port_of(label: str | None) -> int:
+        ports = launch.ports.get(label or service.port) or []
+        if not ports:
+            raise ManifestError(
+                f"task {launch.task_role}-{launch.task_index} of job {launch.job_id} was allocated no port"
+                f" labelled {label or service.port!r} to probe"
+            )
+        return ports[0]
+
+    probes: Manifest = {}
+    readiness = service.readiness
+    if readiness is None:
+        probes["readinessProbe"] = {"tcpSocket": {"port": port_of(None)}, "periodSeconds": 1}
+    else:
+        probes["readinessProbe"] = _http_probe(readiness, port_of(readiness.port))
+    if service.liveness is not None:
+        probes["livenessProbe"] = _http_probe(service.liveness, port_of(service.liveness.port))
+    return probes
+
+
+def _http_probe(probe: Probe, port: int) -> Manifest:
+    return {
+        "httpGet": {"path": probe.path, "port": port},
+        "periodSeconds": max(1, math.ceil(probe.period_s)),
+        "timeoutSeconds": max(1, math.ceil(probe.timeout_s)),
+        "failureThreshold": probe.failure_threshold,
+        "initialDelaySeconds": math.ceil(probe.initial_delay_s),
+    }
+
+
 WORK_DIR = "/work"
 # (volume, mount path, in memory): what the task may write, all its own.
 _OWN_DIRECTORIES = (("work", WORK_DIR, False), ("tmp", "/tmp", False), ("dshm", "/dev/shm", True))  # noqa: S108
@@ -191,6 +234,7 @@ def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerR
     ports = _container_ports(launch)
     if ports:
         container["ports"] = ports
+    container.update(_probes(launch))
     spec: Manifest = {
         "restartPolicy": "Never",
         "hostname": pod_hostname(launch.task_role, launch.task_index),

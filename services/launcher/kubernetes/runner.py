@@ -158,6 +158,8 @@ class KubernetesRunner:
             try:
                 if observed.ended is not None:
                     await self._report(observed.attempt_id, observed.ended)
+                elif observed.readiness is not None:
+                    await self._record_readiness(observed.attempt_id, *observed.readiness)
                 elif observed.running:
                     await self._report_running(observed.attempt_id)
                 return
@@ -186,6 +188,12 @@ class KubernetesRunner:
             pid_start_ticks=None,
             log_path=str(path),
         )
+
+    async def _record_readiness(self, attempt_id: str, ready: bool, detail: str) -> None:
+        """A replica's pod became ready or stopped being so (fenced: its node, RUNNING)."""
+        row = await repository.attempt_for_report(self._db, attempt_id)
+        if row is not None and row["node_id"] in self.epochs:
+            await repository.set_readiness(self._db, attempt_id, row["node_id"], ready, detail)
 
     def _log_path(self, row: Any) -> Path:
         """The attempt's log file: where it was recorded, else the node agent's layout."""
@@ -297,4 +305,5 @@ def _launch(row: dict[str, Any], node_id: str, peers: list[Peer]) -> TaskLaunch:
         image=task_role.image,
         ports=me.ports if me else {},
         max_runtime_s=spec.max_runtime_s,
+        service=spec.service if spec.kind == "service" else None,
     )

@@ -21,6 +21,9 @@ phase ``Unknown``, ``NodeLost``   ``node_lost``                transient
 deleted outside Corral            ``task_lost``                transient
 ================================  ===========================  ==============
 
+A running pod with a readiness probe (a service's replica) also says whether it is
+ready: its ``Ready`` condition, with the condition's reason as the word on it.
+
 A pod that can never run (image cannot be pulled, node lost) is marked ``stuck``: the
 driver deletes it after reporting the end, so it stops holding the node's GPUs and a
 node that comes back kills the stale container instead of finishing it twice.
@@ -58,6 +61,7 @@ class PodState:
     running: bool
     ended: TaskEnded | None = None
     stuck: bool = False
+    readiness: tuple[bool, str] | None = None  # running with a readiness probe: (ready, why)
 
 
 def attempt_of(pod: Pod) -> str:
@@ -156,7 +160,25 @@ def pod_state(pod: Pod) -> PodState:
     if why in CREATE_FAILURES:
         reason = f"the container could not be created ({why}){_detail(waiting.get('message'))}"
         return PodState(attempt, job, False, TaskEnded(None, None, "start_failed", reason), stuck=True)
-    return PodState(attempt, job, running=phase == "Running" and "running" in container)
+    running = phase == "Running" and "running" in container
+    return PodState(attempt, job, running=running, readiness=_readiness(pod) if running else None)
+
+
+def _readiness(pod: Pod) -> tuple[bool, str] | None:
+    """Whether a pod the kubelet probes is ready (None for one it does not probe)."""
+    containers = pod.get("spec", {}).get("containers") or []
+    if not any(c.get("name") == CONTAINER_NAME and "readinessProbe" in c for c in containers):
+        return None
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            if condition.get("status") == "True":
+                return True, "the pod is Ready (its readiness probe passes)"
+            why = condition.get("reason") or "not Ready"
+            return (
+                False,
+                f"the pod's readiness probe does not pass ({why}){_detail(condition.get('message'))}",
+            )
+    return False, "the kubelet has not probed the pod yet"
 
 
 def deleted_state(pod: Pod, stopped_by_us: bool) -> PodState:

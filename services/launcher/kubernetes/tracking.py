@@ -19,6 +19,7 @@ class _Seen:
     pod: Pod = field(default_factory=dict)
     running: bool = False
     ended: bool = False
+    readiness: tuple[bool, str] | None = None
 
 
 class Tracker:
@@ -41,6 +42,9 @@ class Tracker:
         elif state.running and not seen.running:
             out.append(TaskObserved(state.attempt_id, running=True))
             seen.running = True
+        if state.running and state.readiness is not None and state.readiness != seen.readiness:
+            out.append(TaskObserved(state.attempt_id, running=True, readiness=state.readiness))
+            seen.readiness = state.readiness
         return out
 
     def ended(self, attempt_id: str) -> bool:

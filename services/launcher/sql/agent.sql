@@ -55,6 +55,14 @@ SET state = $3, exit_code = $4, signal = $5, reason = $6, classification = $7, f
 WHERE id = $1 AND node_id = $2 AND state IN ('STARTING', 'RUNNING')
 RETURNING job_id;
 
+-- name: set_attempt_readiness
+-- A running replica's readiness (its pod's Ready condition), fenced like the reports:
+-- only the attempt's own node, only while RUNNING. A node agent makes the same update
+-- through launcher.node_set_readiness (migration 0034).
+UPDATE launcher.attempts SET ready = $3, ready_detail = left($4, 500), ready_changed_at = now()
+WHERE id = $1 AND node_id = $2 AND state = 'RUNNING'
+RETURNING id;
+
 -- name: register_agent
 -- A (re)starting agent takes a new epoch: whatever an earlier incarnation held is fenced.
 -- It also says how it isolates tasks ($3, $4) and how many cores its machine has ($5).

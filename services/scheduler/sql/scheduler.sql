@@ -44,7 +44,7 @@ SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed, a.promoted,
         WHERE t->>'name' = a.task_role) AS cpus,
        (SELECT (t->'resources'->>'memory_mb')::bigint FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
         WHERE t->>'name' = a.task_role) AS memory_mb,
-       j.virtual_cluster, j.username, j.priority,
+       j.virtual_cluster, j.username, j.priority, j.spec->>'kind' = 'service' AS service,
        extract(epoch FROM now() - a.created_at)::float8 AS runtime_s,
        (j.spec->>'max_runtime_s')::float8 AS max_runtime_s,
        EXISTS (SELECT 1 FROM scheduler.preemptions p WHERE p.job_id = a.job_id AND p.generation = a.generation)
@@ -86,7 +86,8 @@ SELECT id, priority, virtual_cluster, username,
        (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(spec->'tasks') AS r(t)
         WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
        coalesce(spec->>'topology', 'pack') AS topology,
-       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent
+       (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent,
+       spec->>'kind' = 'service' AS service
 FROM api.jobs
 WHERE id = ANY($1::text[]);
 

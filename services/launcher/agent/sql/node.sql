@@ -36,3 +36,7 @@ SELECT launcher.node_goodbye($1, $2, $3);
 
 -- name: expired_task_logs
 SELECT * FROM launcher.node_expired_task_logs($1, $2, $3, $4, $5, $6, $7);
+
+-- name: set_readiness
+-- Whether a running service task passes its readiness probe (services/launcher/agent/probes.py).
+SELECT launcher.node_set_readiness($1, $2, $3, $4, $5);
