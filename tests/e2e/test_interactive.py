@@ -136,11 +136,11 @@ async def test_a_web_app_in_the_task_is_reached_by_port_forward_and_the_proxy(st
     async with user(stack, "cy") as (http, token):
         job_id = await running(http, serve, ports={"http": 1})
         page = b""
-        for _ in range(50):  # the server's own start
+        for _ in range(50):  # the server's own start ("nothing accepts connections" until then)
             forward = await open_ws(stack, http, token, job_id, kind="port-forward", port="http")
             await forward.send(b"\x00GET / HTTP/1.0\r\n\r\n")
             page, _, _ = await until_status(forward)
-            if page:
+            if b"HTTP/1." in page:
                 break
             await asyncio.sleep(0.2)
         assert b"<h1>from the task</h1>" in page
