@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shared.job_io import NAME_PATTERN as NAME_PATTERN
 from shared.job_io import JobInput, JobOutput
+from shared.mpi_spec import MpiSettings, fill_mpi_defaults, mpi_shape_problem
 from shared.request_types import Integer
 from shared.service_spec import ServiceSpec
 
@@ -301,6 +302,15 @@ class JobSpec(BaseModel):
     service: ServiceSpec | None = Field(default=None, description="required when kind is service")
     inputs: list[JobInput] = Field(default_factory=list, max_length=32)
     outputs: list[JobOutput] = Field(default_factory=list, max_length=32)
+    framework: Literal["generic", "mpi", "horovod"] = Field(
+        default="generic",
+        description=(
+            "generic: every task runs its command (default); mpi: a `launcher` role runs mpirun "
+            "over `worker` tasks, each running sshd, with a per-job key, ssh config and hostfile; "
+            "horovod: mpi, plus Horovod's variables for running without horovodrun"
+        ),
+    )
+    mpi: MpiSettings | None = Field(default=None, description="for framework mpi or horovod")
     topology: Literal["pack", "single_node", "one_per_node"] = Field(
         default="pack",
         description=(
@@ -308,6 +318,28 @@ class JobSpec(BaseModel):
             " task instance on one node; one_per_node: every task instance on a node of its own"
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_defaults(cls, data: Any) -> Any:
+        return fill_mpi_defaults(data)
+
+    @model_validator(mode="after")
+    def _framework_shape(self) -> JobSpec:
+        if self.framework == "generic":
+            if self.mpi is not None:
+                raise ValueError(
+                    "mpi settings are for framework: mpi or horovod; remove mpi or set framework"
+                )
+            return self
+        if self.kind == "service":
+            raise ValueError(f"a service runs no framework; remove framework: {self.framework}")
+        problem = mpi_shape_problem(
+            self.framework, {t.name: (t.instances, t.resources.gpu_type) for t in self.tasks}
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _unique_roles(self) -> JobSpec:

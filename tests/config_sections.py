@@ -250,6 +250,26 @@ SECTIONS: tuple[Section, ...] = (
                 "`corral service update` is a new revision, rolled out replica by replica).",
             ),
             Variable(
+                "CORRAL_SSH_CONFIG",
+                "",
+                "An MPI or Horovod job's task: the ssh config that reaches every worker by name "
+                "(`ssh worker-1`), with the job's key and the workers' pinned host key "
+                "(`$HOME/.ssh/config`).",
+            ),
+            Variable(
+                "CORRAL_HOSTFILE",
+                "",
+                "An MPI or Horovod job's task: the hostfile, `worker-<i> slots=<n>` per worker "
+                "(also `OMPI_MCA_orte_default_hostfile`; MPICH's `HYDRA_HOST_FILE` has its own "
+                "format).",
+            ),
+            Variable(
+                "CORRAL_SSHD_COMMAND",
+                "",
+                "An MPI or Horovod job's worker: the command line of its sshd, in the foreground "
+                "on its `ssh` port; the worker's default command is `exec $CORRAL_SSHD_COMMAND`.",
+            ),
+            Variable(
                 "CORRAL_SECRET_<NAME>",
                 "",
                 "An OpenPAI job's secrets: `<% $secrets.y %>` in a command becomes "

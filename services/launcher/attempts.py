@@ -12,12 +12,14 @@ from __future__ import annotations
 import random
 
 from services.launcher import repository
+from services.launcher.job_keys import make_job_keys
 from services.launcher.outcomes import SOURCE
 from shared.db.pool import Connection
 from shared.events import TaskAssigned
 from shared.events.jobs import TaskAssignedData
 from shared.ids import new_attempt_id
 from shared.jobs import JobSpec, JobState
+from shared.mpi_spec import MPI_FRAMEWORKS
 
 # Ports handed to tasks: below Linux's default ephemeral range (32768-60999), from which
 # the kernel picks the local port of every outgoing connection on the node, and below
@@ -57,6 +59,8 @@ async def create_attempts(conn: Connection, job_id: str, generation: int) -> int
     ):
         return 0
     spec = JobSpec.model_validate(job.spec)
+    if spec.framework in MPI_FRAMEWORKS and job.allocations:
+        await make_job_keys(conn, job_id, generation)
     roles = {role.name: role for role in spec.tasks}
     first = (spec.tasks[0].name, 0)
     taken = {node_id: set(ports) for node_id, ports in job.ports_in_use.items()}

@@ -6,15 +6,18 @@ instances failed (default 1: the first failure fails the job), and has *succeede
 role failed and succeeds when every role succeeded; either way the tasks still running
 are stopped, and the outcome is final once every attempt has ended. An attempt that
 Corral itself stopped (to end the gang, or to cancel) is neither a success nor a failure.
+An MPI job is decided by its launcher alone (``_evaluate_mpi``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
 from shared.jobs import JobSpec
+from shared.mpi_spec import LAUNCHER_ROLE, MPI_FRAMEWORKS
 
 LIVE_STATES = frozenset({"ASSIGNED", "STARTING", "RUNNING"})
 
@@ -64,11 +67,15 @@ class Evaluation:
         return self.verdict is not Verdict.CONTINUE and not self.live
 
 
+def _by_end(attempts: Iterable[AttemptOutcome]) -> list[AttemptOutcome]:
+    return sorted(attempts, key=lambda a: (a.finished_at is None, a.finished_at, a.id))
+
+
 def evaluate(spec: JobSpec, attempts: list[AttemptOutcome]) -> Evaluation:
     live = tuple(a for a in attempts if a.live)
-    failures = sorted(
-        (a for a in attempts if a.failed), key=lambda a: (a.finished_at is None, a.finished_at, a.id)
-    )
+    if spec.framework in MPI_FRAMEWORKS:
+        return _evaluate_mpi(attempts, live)
+    failures = _by_end(a for a in attempts if a.failed)
     for role in spec.tasks:
         failed = sum(1 for a in failures if a.task_role == role.name)
         if failed >= role.completion.min_failed:
@@ -84,6 +91,22 @@ def evaluate(spec: JobSpec, attempts: list[AttemptOutcome]) -> Evaluation:
                 return Evaluation(Verdict.FAIL, failures[0] if failures else None, live)
             return Evaluation(Verdict.CONTINUE, None, live)
     return Evaluation(Verdict.SUCCEED, None, live)
+
+
+def _evaluate_mpi(attempts: list[AttemptOutcome], live: tuple[AttemptOutcome, ...]) -> Evaluation:
+    """An MPI job's outcome is its launcher's: it succeeds when the launcher exits 0 (the
+    workers, which serve ``mpirun`` and never end by themselves, are then stopped) and
+    fails when the launcher fails. A worker that ends while the launcher has not yet
+    succeeded, even with status 0, has taken its ranks with it: that fails the attempt."""
+    launchers = [a for a in attempts if a.task_role == LAUNCHER_ROLE]
+    if any(a.succeeded for a in launchers):
+        return Evaluation(Verdict.SUCCEED, None, live)
+    ended = _by_end(a for a in attempts if not a.live and not a.stop_requested)
+    if ended:
+        return Evaluation(Verdict.FAIL, ended[0], live)
+    if not live and attempts:
+        return Evaluation(Verdict.FAIL, None, live)
+    return Evaluation(Verdict.CONTINUE, None, live)
 
 
 def retry_delay_s(retries_before: int, backoff_s: float, max_backoff_s: float) -> float:

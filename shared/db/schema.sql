@@ -81,7 +81,7 @@ BEGIN
     ON CONFLICT (instance_id) DO UPDATE SET last_seen_at = now();
 END
 $$;
-CREATE FUNCTION launcher.node_claim_attempt(p_node text, p_secret text, p_attempt text, p_epoch bigint) RETURNS TABLE(id text, job_id text, generation integer, task_role text, task_index integer, attempt_no integer, gpu_indices integer[], spec jsonb, traceparent text, username text, secrets jsonb, peers jsonb)
+CREATE FUNCTION launcher.node_claim_attempt(p_node text, p_secret text, p_attempt text, p_epoch bigint) RETURNS TABLE(id text, job_id text, generation integer, task_role text, task_index integer, attempt_no integer, gpu_indices integer[], spec jsonb, traceparent text, username text, secrets jsonb, peers jsonb, ssh_keys jsonb)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -103,7 +103,13 @@ BEGIN
                FROM api.job_secrets s WHERE s.job_id = j.id),
               (SELECT jsonb_agg(jsonb_build_object('task_role', p.task_role, 'task_index', p.task_index,
                                                    'node_id', p.node_id, 'host', p.host, 'ports', p.ports))
-               FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation);
+               FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation),
+              (SELECT jsonb_build_object(
+                          'user_private_key', CASE WHEN a.task_role = 'launcher' THEN k.user_private_key END,
+                          'user_public_key', k.user_public_key,
+                          'host_private_key', CASE WHEN a.task_role = 'worker' THEN k.host_private_key END,
+                          'host_public_key', k.host_public_key)
+               FROM launcher.job_ssh_keys k WHERE k.job_id = a.job_id AND k.generation = a.generation);
 END
 $$;
 CREATE FUNCTION launcher.node_expired_task_logs(p_node text, p_secret text, p_jobs text[], p_roles text[], p_indexes integer[], p_attempt_nos integer[], p_older_than_s double precision) RETURNS TABLE(ord bigint, job_ended boolean)
@@ -768,6 +774,15 @@ CREATE TABLE launcher.attempts (
     CONSTRAINT attempts_ready_detail_check CHECK ((length(ready_detail) <= 500)),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );
+CREATE TABLE launcher.job_ssh_keys (
+    job_id text NOT NULL,
+    generation integer NOT NULL,
+    user_private_key text NOT NULL,
+    user_public_key text NOT NULL,
+    host_private_key text NOT NULL,
+    host_public_key text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
 CREATE TABLE launcher.node_credentials (
     node_id text NOT NULL,
     secret_sha256 text NOT NULL,
@@ -1051,6 +1066,8 @@ ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_generation_task_role_task_index_key UNIQUE (job_id, generation, task_role, task_index);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY launcher.job_ssh_keys
+    ADD CONSTRAINT job_ssh_keys_pkey PRIMARY KEY (job_id, generation);
 ALTER TABLE ONLY launcher.node_credentials
     ADD CONSTRAINT node_credentials_pkey PRIMARY KEY (node_id);
 ALTER TABLE ONLY launcher.task_outputs
@@ -1160,6 +1177,8 @@ ALTER TABLE ONLY launcher.artifacts
     ADD CONSTRAINT artifacts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY launcher.attempts
     ADD CONSTRAINT attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
+ALTER TABLE ONLY launcher.job_ssh_keys
+    ADD CONSTRAINT job_ssh_keys_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id) ON DELETE CASCADE;
 ALTER TABLE ONLY launcher.task_outputs
     ADD CONSTRAINT task_outputs_attempt_id_fkey FOREIGN KEY (attempt_id) REFERENCES launcher.attempts(id);
 ALTER TABLE ONLY monitor.gpus

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -177,7 +178,7 @@ class Stack:
                 except httpx.TransportError:
                     pass
                 await asyncio.sleep(0.2)
-        raise AssertionError(f"stack not ready in {timeout_s}s:\n{self.logs('supervisor')}")
+        raise AssertionError(f"stack not ready in {timeout_s}s:\n{self.startup_report()}")
 
     async def _node_registered(self) -> bool:
         url = self.env.get("CORRAL_DATABASE_URL")
@@ -205,6 +206,14 @@ class Stack:
         finally:
             await conn.close()
         raise AssertionError(f"{count} nodes were not ready within {timeout_s}s")
+
+    def startup_report(self) -> str:
+        """The supervisor's log, and the end of each service's log that it says exited or
+        failed: what a stack that never became ready left behind."""
+        said = self.logs("supervisor")
+        exited = sorted(set(re.findall(r"^(\S+) (?:exited|failed) \(", said, re.MULTILINE)))
+        tails = [f"--- the end of {name}'s log:\n{self.logs(name)[-2500:]}" for name in exited]
+        return "\n".join([said, *tails])
 
     def logs(self, service: str) -> str:
         path = self.home / ("supervisor.log" if service == "supervisor" else f"logs/services/{service}.log")

@@ -12,8 +12,10 @@ kubernetes-asyncio client talks to it), only the calls the driver makes, and hon
 - pod deletion as the API server and kubelet do it: a pod that has finished, or is
   deleted with ``gracePeriodSeconds=0``, is removed at once; a running one gets a
   ``deletionTimestamp`` and stays until the test plays the kubelet (``finish_deletion``);
-- deleting a Service with background propagation deletes the pods it owns (garbage
-  collection by owner uid), at once;
+- secrets: create (409 AlreadyExists), get; kept as sent (``stringData`` is not folded
+  into base64 ``data`` as the API server would);
+- deleting a Service with background propagation deletes the pods and secrets it owns
+  (garbage collection by owner uid), at once;
 - pod logs, plain text, as the kubelet serves them: ``follow`` streams until the pod
   finishes (or is removed); ``timestamps`` prefixes each line with the time it was
   written (RFC 3339, nanoseconds, trailing zeros dropped, as Go's ``RFC3339Nano``) and a
@@ -111,6 +113,7 @@ class FakeKubeApi:
     def __init__(self) -> None:
         self.pods: dict[str, Object] = {}
         self.services: dict[str, Object] = {}
+        self.secrets: dict[str, Object] = {}
         self.logs: dict[str, list[LogLine]] = {}
         self.log_requests: list[dict[str, str]] = []  # the query of each log request
         self._logs_flowing = asyncio.Event()  # cleared by hold_logs
@@ -143,6 +146,9 @@ class FakeKubeApi:
         app.router.add_get(services, self._list_services)
         app.router.add_get(services + "/{name}", self._get_service)
         app.router.add_delete(services + "/{name}", self._delete_service)
+        secrets = "/api/v1/namespaces/{ns}/secrets"
+        app.router.add_post(secrets, self._create_secret)
+        app.router.add_get(secrets + "/{name}", self._get_secret)
         app.middlewares.append(self._record)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -423,4 +429,25 @@ class FakeKubeApi:
         for pod_name, pod in list(self.pods.items()):  # the garbage collector, at once
             if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences", [])):
                 self.remove_pod(pod_name)
+        for secret_name, secret in list(self.secrets.items()):
+            if any(ref.get("uid") == uid for ref in secret["metadata"].get("ownerReferences", [])):
+                del self.secrets[secret_name]
         return web.json_response(service)
+
+    # -- secrets ------------------------------------------------------------------
+
+    async def _create_secret(self, request: web.Request) -> web.Response:
+        body = self._new_object(await request.json(), request.match_info["ns"])
+        name = body["metadata"]["name"]
+        if name in self.secrets:
+            return _error(409, "AlreadyExists", f'secrets "{name}" already exists')
+        self._version += 1
+        body["metadata"]["resourceVersion"] = str(self._version)
+        self.secrets[name] = body
+        return web.json_response(body, status=201)
+
+    async def _get_secret(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.secrets:
+            return _error(404, "NotFound", f'secrets "{name}" not found')
+        return web.json_response(self.secrets[name])

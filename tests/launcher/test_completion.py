@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
 from shared.jobs import JobSpec
@@ -97,3 +99,56 @@ def test_a_transition_belongs_to_one_service() -> None:
         check_transition(JobState.PENDING, JobState.SCHEDULED, "launcher")
     with pytest.raises(RuntimeError, match="belongs to nobody"):
         check_transition(JobState.SUCCEEDED, JobState.RUNNING, "launcher")
+
+
+def _mpi_attempt(
+    role: str, index: int, state: str, exit_code: int | None = None, **kw: Any
+) -> AttemptOutcome:
+    base = _attempt(index, state, exit_code, **kw)
+    return replace(base, id=f"{role}{index}", task_role=role)
+
+
+MPI_SPEC = JobSpec.model_validate(
+    {
+        "name": "j",
+        "framework": "mpi",
+        "tasks": [{"name": "launcher", "command": "mpirun x"}, {"name": "worker", "instances": 2}],
+    }
+)
+
+
+def test_an_mpi_job_succeeds_with_its_launcher_and_stops_the_workers() -> None:
+    attempts = [
+        _mpi_attempt("launcher", 0, "EXITED", 0),
+        _mpi_attempt("worker", 0, "RUNNING"),
+        _mpi_attempt("worker", 1, "RUNNING"),
+    ]
+    result = evaluate(MPI_SPEC, attempts)
+    assert result.verdict is Verdict.SUCCEED
+    assert [a.id for a in result.live] == ["worker0", "worker1"]
+    stopped = [replace(a, state="EXITED", exit_code=143, stop_requested=True) for a in attempts[1:]]
+    assert evaluate(MPI_SPEC, [attempts[0], *stopped]).final
+
+
+def test_a_worker_that_ends_while_the_launcher_runs_fails_the_attempt_even_with_status_0() -> None:
+    for code in (0, 137):
+        result = evaluate(
+            MPI_SPEC,
+            [
+                _mpi_attempt("launcher", 0, "RUNNING"),
+                _mpi_attempt("worker", 0, "RUNNING"),
+                _mpi_attempt("worker", 1, "EXITED", code, at=2),
+            ],
+        )
+        assert result.verdict is Verdict.FAIL
+        assert result.decisive is not None
+        assert result.decisive.id == "worker1"
+
+
+def test_an_mpi_job_fails_with_its_launcher_and_runs_while_it_runs() -> None:
+    running = [_mpi_attempt("launcher", 0, "RUNNING"), _mpi_attempt("worker", 0, "RUNNING")]
+    assert evaluate(MPI_SPEC, running).verdict is Verdict.CONTINUE
+    failed = evaluate(MPI_SPEC, [_mpi_attempt("launcher", 0, "EXITED", 1), running[1]])
+    assert failed.verdict is Verdict.FAIL
+    assert failed.decisive is not None
+    assert failed.decisive.task_role == "launcher"

@@ -101,6 +101,7 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "launcher.agents":                  ("S",    "S",    "SIU",  "",     "",     ""),
     "launcher.attempts":                ("S",    "S",    "SIU",  "S",    "S",    ""),
     "launcher.artifacts":               ("S",    "",     "SI",   "",     "",     ""),
+    "launcher.job_ssh_keys":            ("",     "",     "SID",  "",     "",     ""),
     "launcher.node_credentials":        ("SIU",  "",     "",     "",     "",     ""),
     "launcher.task_outputs":            ("S",    "",     "SIU",  "",     "",     ""),
     "monitor.gpu_history":              ("S",    "",     "",     "SIUD", "S",    ""),

@@ -31,6 +31,7 @@ from services.launcher.agent.artifacts import (
 )
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.event_files import EventFileCopies
+from services.launcher.agent.mpi import ready_mpi_task
 from services.launcher.agent.probes import LIVENESS_PLATFORM, Probes
 from services.launcher.agent.processes import (
     Exit,
@@ -205,6 +206,9 @@ class NodeAgent:
                 task.platform = exc.platform
                 await self.report_exit(task, Exit(None, None, f"could not place the task's inputs: {exc}"))
                 return False
+        if (failed := await ready_mpi_task(task, spec, row, peers, env, cwd, self._sandbox)) is not None:
+            await self.report_exit(task, failed)
+            return False
         try:
             if self._sandbox is None:
                 cwd.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.launcher.agent.sandbox.accounts import remove_account_files
+
 # "$1" is the user's command, "$2" the pid file, "$3" the exit file. The command runs
 # in a child shell so that `exit 3` inside it still lets the wrapper record 3. The
 # wrapper *catches* (does not ignore) SIGTERM/SIGINT: a stop signals the whole process
@@ -78,6 +80,7 @@ class TaskFiles:
     def remove(self) -> None:
         self.pid_file.unlink(missing_ok=True)
         self.exit_file.unlink(missing_ok=True)
+        remove_account_files(self.pid_file)  # a sandboxed task's (also one an earlier agent started)
 
 
 @dataclass(frozen=True)

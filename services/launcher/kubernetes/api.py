@@ -66,7 +66,7 @@ async def _json(call: Any) -> Object:
 
 
 class KubeApi:
-    """Pods and Services of one namespace."""
+    """Pods, Services and Secrets of one namespace."""
 
     def __init__(self, api_client: ApiClient, namespace: str) -> None:
         # The generated stubs type bodies as models and results as loaded models; with
@@ -94,6 +94,9 @@ class KubeApi:
             self._core.list_namespaced_pod(self.namespace, label_selector=selector, _preload_content=False)
         )
         return list(body.get("items") or []), str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    async def create_secret(self, body: Object) -> Object:
+        return await _json(self._core.create_namespaced_secret(self.namespace, body, _preload_content=False))
 
     async def create_service(self, body: Object) -> Object:
         return await _json(self._core.create_namespaced_service(self.namespace, body, _preload_content=False))

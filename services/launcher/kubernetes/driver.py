@@ -4,9 +4,10 @@ One Pod per task attempt, named by the attempt id, owned by its job's headless S
 (``manifests.py``). The driver keeps no state that matters: everything it knows is in
 the API server, selected by label, so a restarted driver lists the pods and carries on.
 
-- ``start`` creates the Service (or finds it) and then the Pod; both creations are
-  idempotent — 409 AlreadyExists means an earlier call got there — and the pod name
-  being the attempt id means a repeated start can never run the attempt twice.
+- ``start`` creates the Service (or finds it), for an MPI job its generation's ssh
+  Secret (``mpi.py``), and then the Pod; every creation is idempotent — 409
+  AlreadyExists means an earlier call got there — and the pod name being the attempt
+  id means a repeated start can never run the attempt twice.
 - ``stop`` deletes the pod with the grace period: the kubelet sends SIGTERM, then
   SIGKILL after the grace period.
 - ``watch`` lists the pods, reports what they say, then watches from the list's
@@ -50,6 +51,7 @@ from services.launcher.kubernetes.manifests import (
     service_manifest,
     service_owner,
 )
+from services.launcher.kubernetes.mpi import MpiWiring, ssh_secret_manifest, with_mpi
 from services.launcher.kubernetes.names import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL, POD_SELECTOR, pod_name
 from services.launcher.kubernetes.settings import KubernetesSettings
 from services.launcher.kubernetes.status import attempt_of, deleted_state, finished_at, is_terminal, pod_state
@@ -129,10 +131,19 @@ class KubernetesDriver:
         except AlreadyExists:
             return service_owner(await self._api.read_service(body["metadata"]["name"]))
 
-    async def start(self, launch: TaskLaunch) -> None:
+    async def start(self, launch: TaskLaunch, mpi: MpiWiring | None = None) -> None:
+        """``mpi``: the attempt belongs to an MPI job generation (``mpi.py``): its pod
+        mounts the generation's ssh Secret, made here first if it is not yet."""
         try:
             owner = await self._ensure_service(launch.job_id)
-            await self._api.create_pod(pod_manifest(launch, self.settings, owner))
+            pod = pod_manifest(launch, self.settings, owner)
+            if mpi is not None:
+                with suppress(AlreadyExists):  # another pod of the generation made it
+                    await self._api.create_secret(
+                        ssh_secret_manifest(launch.job_id, mpi, self.settings, owner)
+                    )
+                pod = with_mpi(pod, launch, mpi)
+            await self._api.create_pod(pod)
         except AlreadyExists:
             log.info("attempt %s already has its pod; not starting it again", launch.attempt_id)
         except KubeApiError as error:

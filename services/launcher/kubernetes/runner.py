@@ -26,6 +26,8 @@ here too, through the very same queries:
   log has been read to the end, so a client following it gets the last lines. After a
   restart, the watch's first list finds the running pods again and their followers
   resume where the files end.
+- **MPI jobs**: a claimed attempt of one is started with its generation's wiring
+  (``mpi.py``: the ssh keys read from ``launcher.job_ssh_keys``, the workers' ports).
 - **Reconcile**: periodically, the live attempts of its nodes against the pods: pods
   nobody expects are deleted, assignments not yet started are started, and attempts
   that should run but whose pod is gone are reported lost (and so retried).
@@ -52,6 +54,8 @@ from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
 from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify, read_log_tail
 from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriverError
+from services.launcher.kubernetes.manifests import ManifestError
+from services.launcher.kubernetes.mpi import mpi_wiring
 from services.launcher.kubernetes.pod_logs import PodLogs
 from services.launcher.reporting import peers_of, report_end, report_started
 from shared.aio import raise_if_cancelling
@@ -125,10 +129,11 @@ class KubernetesRunner:
             row = await repository.claim_attempt(self._db, attempt_id, node_id, self.epochs[node_id])
             if row is None:
                 return
-            launch = _launch(row, node_id, peers_of(row))
+            peers = peers_of(row)
+            launch = _launch(row, node_id, peers)
             try:
-                await self._driver.start(launch)
-            except KubernetesDriverError as exc:
+                await self._driver.start(launch, await mpi_wiring(self._db, row, peers))
+            except (KubernetesDriverError, ManifestError) as exc:
                 log.error("%s", exc)
                 await self._report(attempt_id, TaskEnded(None, platform="start_failed", reason=str(exc)))
         finally:

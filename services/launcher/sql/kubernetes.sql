@@ -18,3 +18,10 @@ SELECT a.node_id, a.job_id, a.generation, a.state, a.stop_reason, a.stop_platfor
        a.task_role, a.task_index, a.attempt_no, a.log_path
 FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
 WHERE a.id = $1;
+
+-- name: job_ssh_keys
+-- An MPI job generation's ssh keys, for the Secret its pods mount
+-- (services/launcher/kubernetes/mpi.py); the launcher's grant is SELECT.
+SELECT user_private_key, user_public_key, host_private_key, host_public_key
+FROM launcher.job_ssh_keys
+WHERE job_id = $1 AND generation = $2;

@@ -106,3 +106,17 @@ UPDATE launcher.attempts
 SET state = 'LOST', classification = 'transient', reason = $2, finished_at = now()
 WHERE id = $1 AND state IN ('ASSIGNED', 'STARTING', 'RUNNING')
 RETURNING job_id, node_id;
+
+-- name: delete_older_job_keys
+-- An MPI job's new generation: the keys of its earlier ones are no node's any more.
+DELETE FROM launcher.job_ssh_keys WHERE job_id = $1 AND generation < $2;
+
+-- name: insert_job_keys
+-- A redelivered placement finds the generation's keys made already, and keeps them.
+INSERT INTO launcher.job_ssh_keys
+    (job_id, generation, user_private_key, user_public_key, host_private_key, host_public_key)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (job_id, generation) DO NOTHING;
+
+-- name: delete_job_keys
+DELETE FROM launcher.job_ssh_keys WHERE job_id = $1;

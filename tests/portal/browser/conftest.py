@@ -22,8 +22,7 @@ How it is wired, and why:
   each module), as do these fixtures.
 - **Debian's Chromium** at ``/usr/bin/chromium``, never ``playwright install`` (it
   downloads a browser, which machines here cannot do). If it is missing it is installed
-  with apt once per run, under a file lock so parallel workers do not race; without apt
-  the tests are skipped, saying so.
+  with apt (``tests/system_packages.py``); without apt the tests are skipped, saying so.
 - **Screenshots** of every page, whole and at desktop or phone width, go to
   ``$CORRAL_TEST_ARTIFACTS/portal`` (default ``.corral/test-artifacts/portal``, which git
   ignores): ``browsing.screenshot(page, name)``. They are for a person to look at; nothing
@@ -32,10 +31,7 @@ How it is wired, and why:
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -48,6 +44,7 @@ from tests.conftest import fresh_database
 from tests.e2e.stack import Stack
 from tests.infra import PostgresServer, world_readable_tempdir
 from tests.portal.browser.browsing import DESKTOP, sign_in
+from tests.system_packages import ensure_debian_packages
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -63,29 +60,9 @@ CHROMIUM_ARGS = [
 PORTAL_ENV = {"CORRAL_API_PORTAL_LIVE_INTERVAL_S": "0.3", "CORRAL_API_PORTAL_TELEMETRY_REFRESH_S": "1"}
 
 
-def _ensure_chromium() -> None:
-    if CHROMIUM.exists():
-        return
-    if shutil.which("apt-get") is None:
-        pytest.skip(f"no Chromium at {CHROMIUM} and no apt-get to install it (Debian's chromium package)")
-    with open(Path(os.environ.get("TMPDIR", "/tmp")) / "corral-chromium-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if CHROMIUM.exists():  # another worker installed it meanwhile
-            return
-        installed = subprocess.run(  # a fixed argv
-            ["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    if installed.returncode != 0 or not CHROMIUM.exists():
-        pytest.skip(f"could not install Chromium with apt-get: {installed.stderr[-500:]}")
-
-
 @pytest.fixture(scope="session")
 def chromium_binary() -> Path:
-    _ensure_chromium()
+    ensure_debian_packages({CHROMIUM: "chromium"})
     return CHROMIUM
 
 

@@ -13,7 +13,9 @@
  *     makes a mount namespace: the root read-only and nosuid, a private /proc, a
  *     private /dev with only the standard nodes and the task's own devices, tmpfs on
  *     /tmp, /var/tmp and /dev/shm, empty tmpfs over the hidden paths (Corral's home,
- *     the agent's state), the task's working directory bound writable; forks MAIN,
+ *     the agent's state), the task's working directory bound writable, and (with
+ *     --passwd, --group) the agent's account files for the task bound read-only over
+ *     /etc/passwd and /etc/group, so that its uid has a name and a home; forks MAIN,
  *     forwards stop signals to every process of the namespace, reaps orphans, and
  *     exits with MAIN's status (the kernel then kills what is left in the namespace).
  *   MAIN (pid 2)
@@ -78,6 +80,7 @@
 #define MOUNT_ATTR_RDONLY 0x00000001
 #define MOUNT_ATTR_NOSUID 0x00000002
 #define MOUNT_ATTR_NODEV 0x00000004
+#define MOUNT_ATTR_NOEXEC 0x00000008
 struct mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_fd; };
 #endif
 #ifndef AT_RECURSIVE
@@ -109,6 +112,7 @@ struct mount_attr { unsigned long long attr_set, attr_clr, propagation, userns_f
 #define MAX_LIST 64
 
 static const char *pid_file, *exit_file, *log_file, *workdir;
+static const char *passwd_file, *group_file; /* seen by the task as /etc/passwd, /etc/group */
 static const char *cgroups[MAX_LIST], *hidden[MAX_LIST], *devices[MAX_LIST], *writable[MAX_LIST];
 static const char *readable[MAX_LIST];
 static int n_cgroups, n_hidden, n_devices, n_writable, n_readable;
@@ -177,6 +181,8 @@ static void parse(int argc, char **argv) {
         else if (strcmp(flag, "--exit-file") == 0) exit_file = value;
         else if (strcmp(flag, "--log") == 0) log_file = value;
         else if (strcmp(flag, "--workdir") == 0) workdir = value;
+        else if (strcmp(flag, "--passwd") == 0) passwd_file = value;
+        else if (strcmp(flag, "--group") == 0) group_file = value;
         else if (strcmp(flag, "--uid") == 0) uid = strtol(value, NULL, 10);
         else if (strcmp(flag, "--env-fd") == 0) env_fd = (int)strtol(value, NULL, 10);
         else if (strcmp(flag, "--gid") == 0) gid = strtol(value, NULL, 10);
@@ -196,7 +202,7 @@ static void parse(int argc, char **argv) {
         failing = "could not run the command in the task";
         if (join_pid <= 1 || !workdir || uid <= 0 || gid <= 0 || n_cgroups == 0 || !command[0]
             || command[0][0] != '/' || pid_file || exit_file || log_file || nodev || n_hidden || n_devices
-            || n_writable || n_readable) {
+            || n_writable || n_readable || passwd_file || group_file) {
             errno = EINVAL;
             die("usage: corral-sandbox --join PID --uid N --gid N --workdir D --cgroup-procs F... [--env-fd N] "
                 "[--pid-fd N] [--tty] -- /ABSOLUTE/COMMAND ARGS...");
@@ -208,7 +214,7 @@ static void parse(int argc, char **argv) {
         errno = EINVAL;
         die("usage: corral-sandbox --pid-file F --exit-file F --log F --workdir D --uid N --gid N [--env-fd N] "
             "[--cgroup-procs F]... [--hide D]... [--device F]... [--writable D]... [--readable D]... [--nodev] "
-            "-- /ABSOLUTE/COMMAND ARGS...");
+            "[--passwd F] [--group F] -- /ABSOLUTE/COMMAND ARGS...");
     }
 }
 
@@ -263,6 +269,28 @@ static void attach(int tree, const char *target, int read_only) {
     close(tree);
 }
 
+/* A copy of one regular file (``clone_tree`` of a file), or -1 without one. */
+static int clone_file(const char *path) {
+    if (!path) return -1;
+    int fd = clone_tree(path);
+    struct stat st;
+    if (fstat(fd, &st) < 0) die(path);
+    if (!S_ISREG(st.st_mode)) { errno = EINVAL; die(path); }
+    return fd;
+}
+
+/* ``tree`` (a file's copy) over the file ``target``, read-only and inert: the task can
+ * neither change what it reads there nor run or open a device through it. The target
+ * must exist already (the root is read-only: nothing can be made there). */
+static void attach_file(int tree, const char *target) {
+    if (tree < 0) return;
+    struct mount_attr attr = {0};
+    attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) die(target);
+    if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0) die(target);
+    close(tree);
+}
+
 static void make_device(const char *path, mode_t mode, dev_t device) {
     if (mknod(path, S_IFCHR | mode, device) < 0) die(path);
     if (chmod(path, mode) < 0) die(path); /* (mknod obeys the umask) */
@@ -300,6 +328,8 @@ static void make_mounts(void) {
     struct stat device_stat[MAX_LIST];
     for (int i = 0; i < n_writable; i++) writable_tree[i] = clone_tree(writable[i]);
     for (int i = 0; i < n_readable; i++) readable_tree[i] = clone_tree(readable[i]);
+    /* (They live in the agent's state, which is hidden below.) */
+    int passwd_tree = clone_file(passwd_file), group_tree = clone_file(group_file);
     /* A device outside /dev stays where it is, seen through the read-only root; the
      * device cgroup (v1) decides whether it opens. One in /dev is made anew in the
      * private /dev, with the same numbers. */
@@ -346,6 +376,9 @@ static void make_mounts(void) {
 
     for (int i = 0; i < n_writable; i++) attach(writable_tree[i], writable[i], 0);
     attach(work_tree, workdir, 0);
+    /* Last, so that no readable or writable path mounted over /etc covers them. */
+    attach_file(passwd_tree, "/etc/passwd");
+    attach_file(group_tree, "/etc/group");
 }
 
 /* --- MAIN: no privilege left ----------------------------------------------------- */

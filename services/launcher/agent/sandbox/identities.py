@@ -35,7 +35,9 @@ class IdentityProblem(Exception):
 class Identity:
     uid: int
     gid: int
-    name: str  # for USER and LOGNAME
+    # USER, LOGNAME and the task's passwd entry. A dynamic uid's is the job id: the uid
+    # differs from node to node, the name must not (an MPI job's ssh logs in by name).
+    name: str
 
 
 class Identities(Protocol):
@@ -106,7 +108,7 @@ class DynamicIdentities:
                 node, job_id = claim.read_text().split()
                 if node == self._node:
                     uid = int(claim.name)
-                    held[job_id] = Identity(uid, uid, f"corral-{uid}")
+                    held[job_id] = Identity(uid, uid, job_id)
         return held
 
     def _sweep_stale(self, min_age_s: float = 60.0) -> None:
@@ -141,7 +143,7 @@ class DynamicIdentities:
                 continue
             with os.fdopen(fd, "w") as claim:
                 claim.write(self._owner_line(job_id))
-            identity = self._held[job_id] = Identity(uid, uid, f"corral-{uid}")
+            identity = self._held[job_id] = Identity(uid, uid, job_id)
             return identity
         raise IdentityProblem(
             f"every uid of {self._first}-{self._last} is in use by a running job: "

@@ -1,7 +1,8 @@
 """Every task of a node in a sandbox of its own: who it runs as, what it sees, what it may use.
 
 ``Sandbox.prepare`` readies one task (its uid, its working directory, its cores, its
-cgroup with the limits of its spec) and returns the command that starts it through the
+cgroup with the limits of its spec, the account files that give a dynamic uid a name
+and a home: ``accounts.py``) and returns the command that starts it through the
 helper (``corral_sandbox.c``: namespaces, mounts, dropped privileges).
 ``Sandbox.join_argv`` runs one more command inside a running task (an exec: the
 helper's join mode, ``joining.py``). ``Sandbox.finish`` takes it down once its helper
@@ -24,6 +25,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.launcher.agent.sandbox.accounts import remove_account_files, write_account_files
 from services.launcher.agent.sandbox.cgroups import CgroupProblem, CgroupTree, Limits, TaskCgroup, open_tree
 from services.launcher.agent.sandbox.cpus import CpuPlacement, Topology, place_cpus
 from services.launcher.agent.sandbox.gpus import cgroup_rule, task_gpus
@@ -80,6 +82,7 @@ class Sandbox:
     topology: Topology
     helper: Path
     _jobs: dict[str, set[str]] = field(default_factory=dict)  # job -> its attempts here
+    _pid_files: dict[str, Path] = field(default_factory=dict)  # attempt -> its account files' place
 
     @property
     def description(self) -> str:
@@ -116,6 +119,10 @@ class Sandbox:
             raise
         workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chown(workdir, identity.uid, identity.gid)
+        accounts: dict[str, Path] = {}
+        if self.config.run_as == "dynamic":  # (an account's own uid is in the host's files)
+            self._pid_files[attempt_id] = pid_file
+            accounts = write_account_files(identity, workdir, pid_file)
         gpus = task_gpus(gpu_indices, self.config.device_root, gpu_numa=self.topology.gpu_nodes)
         placement = place_cpus(
             self.topology,
@@ -148,6 +155,8 @@ class Sandbox:
             argv += ["--writable", str(path)]
         for path in self.config.readable:
             argv += ["--readable", str(path)]
+        for flag, path in accounts.items():
+            argv += [flag, str(path)]
         if self.tree.version == 2:  # no devices controller: device nodes work only in /dev
             argv.append("--nodev")
         argv += ["--", "/bin/sh", "-c", command]
@@ -223,9 +232,13 @@ class Sandbox:
         return cgroup is None or (not cgroup.processes() and cgroup.remove())
 
     def forget(self, job_id: str, attempt_id: str) -> None:
-        """The task is gone: release its job's uid if it was the job's last task here.
-        Called on the agent's event loop, like ``prepare``, so a new task of the job
-        never starts with a uid that is being released."""
+        """The task is gone: remove its account files, and release its job's uid if it
+        was the job's last task here. Called on the agent's event loop, like
+        ``prepare``, so a new task of the job never starts with a uid that is being
+        released."""
+        pid_file = self._pid_files.pop(attempt_id, None)
+        if pid_file is not None:
+            remove_account_files(pid_file)
         attempts = self._jobs.get(job_id)
         if attempts is not None:
             attempts.discard(attempt_id)
