@@ -64,7 +64,10 @@ def fill_mpi_defaults(data: Any) -> Any:
     """The submitted document with the MPI defaults filled in (module docstring); any
     other document, or one that is not a mapping, as it is (validation then says what is
     wrong with it)."""
-    if not isinstance(data, dict) or data.get("framework") not in MPI_FRAMEWORKS:
+    if not isinstance(data, dict):
+        return data
+    framework = data.get("framework")
+    if not isinstance(framework, str) or framework not in MPI_FRAMEWORKS:
         return data
     tasks = data.get("tasks")
     if not isinstance(tasks, list):
@@ -74,7 +77,7 @@ def fill_mpi_defaults(data: Any) -> Any:
         if isinstance(task, dict) and task.get("name") == WORKER_ROLE:
             task = {**task, "ports": _with_port(task.get("ports"), SSH_PORT_LABEL)}
             task.setdefault("command", WORKER_COMMAND)
-        elif isinstance(task, dict) and task.get("name") == LAUNCHER_ROLE and data["framework"] == "horovod":
+        elif isinstance(task, dict) and task.get("name") == LAUNCHER_ROLE and framework == "horovod":
             task = {**task, "ports": _with_port(task.get("ports"), RENDEZVOUS_PORT_LABEL)}
         filled.append(task)
     return {**data, "tasks": filled}

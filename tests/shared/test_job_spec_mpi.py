@@ -102,3 +102,10 @@ def test_a_generic_job_is_untouched() -> None:
     spec = JobSpec.model_validate({"name": "j", "tasks": [{"name": "worker", "command": "x"}]})
     assert spec.framework == "generic"
     assert spec.tasks[0].ports == {}
+
+
+def test_a_framework_or_role_name_of_the_wrong_type_is_a_validation_error_not_a_crash() -> None:
+    assert "framework" in _refusal({**_mpi(), "framework": {}})
+    document = _mpi()
+    document["tasks"] = [{"name": ["worker"], "command": "x"}, *document["tasks"]]
+    assert "name" in _refusal(document)
