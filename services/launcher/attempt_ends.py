@@ -7,7 +7,8 @@ events it writes, join that trace). The agent may not decide the job itself: tha
 the rest of the gang's attempts, which a node's database role may not touch. The
 launcher LISTENs on one connection of its pool and decides each job so named
 (``reporting.decide_job``: the completion rules, the retry table, stopping the rest of
-a gang) at once.
+a gang) at once. Its events go through a relay pass, after the agent's ``task.exited``
+in the same partition, never overtaking it on the stream (``following_others``).
 
 Concurrency: the listener only queues job ids; ``concurrency`` workers decide them, so
 decisions run side by side (each in its own transaction, on a pooled connection) but a
@@ -32,6 +33,7 @@ from services.launcher.reporting import decide_job
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.logs import bound_job
+from shared.outbox import following_others
 from shared.telemetry import continue_trace
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,11 @@ class AttemptEnds:
         while True:
             job_id, traceparent = await self._queue.get()
             self._queued.discard(job_id)  # (from now on a new NOTIFY queues it again)
-            with continue_trace(traceparent, "decide job", {"corral.job.id": job_id}), bound_job(job_id):
+            with (
+                continue_trace(traceparent, "decide job", {"corral.job.id": job_id}),
+                bound_job(job_id),
+                following_others(),  # after the agent's task.exited on the stream (shared/outbox)
+            ):
                 await decide_job(self._db, job_id)  # (a failure is logged: reconcile takes it)
             self.decided += 1
 

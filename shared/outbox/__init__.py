@@ -35,8 +35,10 @@ drops it, and consumers are idempotent beyond that window.
 Ordering with publishing on commit: a process publishes what it commits in commit order
 (sent in that order on its one NATS connection, acks awaited together). Events of one
 job that different processes commit are ordered by the job's life itself (the launcher
-writes ``job.succeeded`` only after it has consumed ``task.exited``), except where a
-writer acts on what it read from Postgres: the scheduler may place a job whose
+writes ``job.succeeded`` only after a node agent has recorded ``task.exited``), and so
+are the events of one job in one partition that go through relay passes: the launcher's
+decision on an attempt's end goes through one (``following_others``), after the agent's
+row. Except where a writer acts on what it read from Postgres: the scheduler may place a job whose
 ``job.submitted`` is still on its way, so it passes ``follows_others`` for a job that
 became pending moments ago, and that event goes through a relay pass, which publishes
 the job's unsent ``job.submitted`` (or requeue) first (``rows.MAY_PRECEDE``). While a
@@ -60,6 +62,7 @@ from shared.outbox.writing import (
     append_with_change,
     change_with_event,
     committed_by_statement,
+    following_others,
     publishing_on_commit,
     relay_on_commit,
     statement_notify_channel,
@@ -77,6 +80,7 @@ __all__ = [
     "append_with_change",
     "change_with_event",
     "committed_by_statement",
+    "following_others",
     "notify_channel",
     "outbox_row",
     "partition_of",

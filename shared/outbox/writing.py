@@ -111,6 +111,21 @@ def publishing_on_commit(relay: OutboxRelay) -> Iterator[None]:
         _RELAY.reset(token)
 
 
+@contextlib.contextmanager
+def following_others() -> Iterator[None]:
+    """Within this block (and the tasks started in it), every event goes through a relay
+    pass instead of on commit, as with ``append``'s ``follows_others``: for writers that
+    act on what another process committed moments ago. The launcher decides a job the
+    moment a node agent records an attempt's end; the agent's ``task.exited`` reaches the
+    stream through a relay pass, and the job's ``job.succeeded``, in the same partition,
+    goes out after it instead of overtaking it."""
+    token = _RELAY.set(None)
+    try:
+        yield
+    finally:
+        _RELAY.reset(token)
+
+
 def relay_on_commit(conn: Connection) -> OutboxRelay | None:
     """The relay that will publish what ``conn``'s transaction appends once it commits,
     if there is one (a running relay in this context, a ``commit_scope`` around it).

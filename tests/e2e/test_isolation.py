@@ -48,6 +48,12 @@ STANDARD_DEV = (
 )
 
 
+def _cgroups_of(attempt_id: str) -> list[Path]:
+    """The cgroup directories of an attempt left on this machine (v1 or v2 layout)."""
+    root = Path("/sys/fs/cgroup")
+    return [*root.glob(f"*/corral/*/{attempt_id}"), *root.glob(f"corral/*/{attempt_id}")]
+
+
 def _spec(command: str, name: str = "probe", **resources: Any) -> dict[str, Any]:
     task = {"name": "main", "command": command, "resources": {"gpus": 0, **resources}}
     return {"name": name, "tasks": [task]}
@@ -245,12 +251,14 @@ async def test_limits_hold_memory_processes_and_cores(
         assert attempt["reason"] == "exceeded its 64 MiB memory limit", attempt
         assert failed["reason"].endswith(": exceeded its 64 MiB memory limit (permanent)"), failed["reason"]
         assert attempt["classification"] == "permanent"
+        assert not _cgroups_of(attempt["id"]), "its cores were still held when its end was recorded"
 
         bombed = await wait_state(http, bomb, {"SUCCEEDED", "FAILED"})
         forked = int(re.search(r"forked (\d+)", await _logs(http, bomb)).group(1))  # type: ignore[union-attr]
         assert bombed["state"] == "SUCCEEDED"
         assert 0 < forked < 64, forked
         assert not _task_processes("time.sleep(60)"), "its children outlived the task"
+        assert not _cgroups_of(bombed["attempts"][0]["id"])
 
         # Submitted once the others have ended: both cores are free for them.
         pinned = [

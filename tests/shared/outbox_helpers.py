@@ -14,9 +14,9 @@ from shared.events.jobs import JobSubmittedData
 from shared.outbox import OutboxRelay, append, publishing_on_commit
 
 
-def make_event(job: str, name: str = "step") -> JobSubmitted:
+def make_event(job: str, name: str = "step", source: str = "test") -> JobSubmitted:
     return JobSubmitted(
-        source="test",
+        source=source,
         subject=job,
         data=JobSubmittedData(job_id=job, name=name, user="ada", virtual_cluster="default", total_gpus=1),
     )

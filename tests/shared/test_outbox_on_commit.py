@@ -4,6 +4,7 @@ relay) and a change with its events in one statement, against real Postgres and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -18,8 +19,11 @@ from shared.outbox import (
     append_many,
     append_with_change,
     change_with_event,
+    following_others,
     notify_channel,
+    outbox_row,
 )
+from shared.outbox.rows import INSERT
 from shared.settings import NatsSettings
 from tests.shared.outbox_helpers import (
     Abort,
@@ -217,3 +221,38 @@ async def test_a_change_and_its_event_in_the_callers_transaction_commit_or_vanis
     assert await db.fetchval("SELECT count(*) FROM things WHERE state = 'STARTED'") == 2
     names = [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await stream_messages(bus)]
     assert names == ["a", "b"]
+
+
+async def test_an_event_following_another_process_goes_out_after_that_processs_unsent_row(
+    db: Database, bus: NatsBus
+) -> None:
+    """A node agent records a task's end (its row waits for the launcher's relay pass);
+    the launcher decides the job at once. Decided ``following_others``, the job's event
+    goes through a relay pass, which publishes the agent's older row of the same
+    partition first. Published on commit instead, it would go alone, first (the agent's
+    row here has no NOTIFY, so only the 30 s poll would send it)."""
+    assert await _decided_after_an_unsent_agent_row(db, bus, following=True) == ["task ended", "job decided"]
+
+
+async def test_without_following_others_the_deciders_event_would_overtake(db: Database, bus: NatsBus) -> None:
+    """The other side of the test above: on commit, the launcher's own event leaves alone."""
+    assert await _decided_after_an_unsent_agent_row(db, bus, following=False) == ["job decided"]
+
+
+async def _decided_after_an_unsent_agent_row(db: Database, bus: NatsBus, *, following: bool) -> list[str]:
+    """What reaches the stream when the launcher decides a job after an agent's row that
+    no relay has taken yet (the names of the events, in stream order)."""
+    relay = OutboxRelay(db, bus, source="corral/launcher", poll_interval_s=30)
+    async with running_on_commit(relay):
+        agents = make_event("job-a", "task ended", source="corral/agent")
+        await db.execute(INSERT, *outbox_row(agents, "job-a"))  # (no NOTIFY: the relay waits)
+        await asyncio.sleep(0.3)
+        assert relay.published == 0
+        with following_others() if following else contextlib.nullcontext():
+            async with db.transaction() as conn:
+                decided = make_event("job-a", "job decided", source="corral/launcher")
+                await append(conn, decided, aggregate="job-a")
+        await until(lambda: relay.published == (2 if following else 1))
+        await asyncio.sleep(0.3)
+        assert relay.published == (2 if following else 1)
+    return [JobSubmitted.model_validate_json(data).data.name for _, data, _ in await stream_messages(bus)]

@@ -286,8 +286,9 @@ class NodeAgent:
                     self._on_task_end(task.attempt_id)
                 outcome = sandboxed.verdict(task, outcome)
                 await save_outputs(self._artifacts, task)  # (before the end is reported)
-                await self._report_until_recorded(task, outcome)
+                # Its cores are free before its end is recorded (the scheduler's cue to reuse them).
                 await self._finish_sandbox(task)
+                await self._report_until_recorded(task, outcome)
                 if task.files is not None:
                     task.files.remove()
             finally:
@@ -441,10 +442,9 @@ class NodeAgent:
         recorded = task.files.read_exit()
         if state == "RUNNING":  # (one that never ran, STARTING, left nothing to keep)
             await save_outputs(self._artifacts, task)
+        outcome, lost = Exit(None, None, "the node agent restarted and the task's process was gone"), True
         if recorded is not None:
-            await self.report_exit(task, sandboxed.verdict(task, recorded))
-        else:
-            reason = "the node agent restarted and the task's process was gone"
-            await self.report_exit(task, Exit(None, None, reason), lost=True)
+            outcome, lost = sandboxed.verdict(task, recorded), False
         await self._finish_sandbox(task)
+        await self.report_exit(task, outcome, lost=lost)
         task.files.remove()
