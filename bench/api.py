@@ -1,9 +1,10 @@
 """The public API under load (``python -m bench.api``): submits per second and the SSE fan-out.
 
-Starts a private Postgres and NATS as ``make up`` does, with **one API process** and no
-other service (``CORRAL_SERVICES=api``): a scheduler would place the submitted jobs and
-compete for the same two cores, and its cost is not the API's. The API's own outbox
-relay runs, as it always does, so every submit's ``job.submitted`` event is published to
+Starts a private Postgres and NATS as ``make up`` does, with **one API process**
+(``--api-processes N``: N sharing the port, their CPU summed) and no other service
+(``CORRAL_SERVICES=api``): a scheduler would place the submitted jobs and compete for the
+same two cores, and its cost is not the API's. The API's own outbox relay runs, as it
+always does, so every submit's ``job.submitted`` event is published to
 JetStream during the measurement. One node with 8 H100s is registered straight in
 Postgres (as the monitor would), so a submit's "could this ever run?" check works from
 its cached cluster shape as in a real cluster (an empty cluster is read on every
@@ -67,14 +68,15 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 class Cpu:
-    """CPU seconds of the API process and of Postgres, between two reads."""
+    """CPU seconds of the API processes (all of them) and of Postgres, between two reads."""
 
     def __init__(self, stack: BenchStack) -> None:
-        self.api = int((stack.home / "run" / "api.pid").read_text())
+        run = stack.home / "run"
+        self.api = [int(p.read_text()) for p in sorted(run.glob("api*.pid"))]
         self.postgres = stack.postmaster_pid()
 
     def read(self) -> tuple[float, float]:
-        return cpu_s(self.api), tree_cpu_s(self.postgres)
+        return sum(cpu_s(pid) for pid in self.api), tree_cpu_s(self.postgres)
 
 
 async def measure_submits(
@@ -273,10 +275,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sse-seconds", type=float, default=15.0, help="length of the paced phase")
     parser.add_argument("--sse-burst", type=int, default=200, help="events sent at once")
     parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
+    parser.add_argument(
+        "--api-processes", type=int, default=1, help="API processes sharing the port (CORRAL_API_PROCESSES)"
+    )
     args = parser.parse_args(argv)
-    with private_stack(keep=args.keep, extra_env=UNLIMITED) as stack:
+    env = {**UNLIMITED, "CORRAL_API_PROCESSES": str(args.api_processes)}
+    with private_stack(keep=args.keep, extra_env=env) as stack:
         result = asyncio.run(measure(stack, args))
-    print(json.dumps({"bench": "api", "concurrency": args.concurrency, **result}), flush=True)
+    line = {"bench": "api", "concurrency": args.concurrency, "api_processes": args.api_processes, **result}
+    print(json.dumps(line), flush=True)
     return 0
 
 

@@ -18,7 +18,25 @@ every job has ended, and prints one JSON line:
   1000 jobs compete for 8 GPUs and most of it is queueing;
 - ``submit_p50_ms`` / ``_p99_ms``: HTTP round trip of a submit, seen by the client;
 - ``cpu_ms_per_job``: CPU each service process (the agent with the tasks it ran) and
-  Postgres and NATS spent per job during the throughput run.
+  Postgres and NATS spent per job during the throughput run;
+- ``stages``: the pipeline stage by stage, each job's first attempt, timed by Postgres'
+  clock: ``submit→placed`` (the job row to its placement's rows), ``placed→assigned``
+  (to its attempt's row), ``assigned→started`` (to its process started) and
+  ``exited→decided`` (its process's end to the job's end). Each has
+  ``wall_ms_per_job``, the mean time a job spent in it, against ``cpu_ms_per_job``, the
+  CPU the processes doing that stage spent per job (named in ``processes``; the launcher
+  does two stages, and its CPU is counted in both; Postgres and NATS serve every stage
+  and are in ``cpu_ms_per_job`` above). A stage whose wall time far exceeds its CPU time
+  is waiting in line. ``submit→placed`` includes waiting for a free GPU: with fewer GPUs
+  than jobs in flight, most of it is queueing. Rows are stamped with their transaction's
+  start (``now()``), so a launcher transaction's wait for its nodes' locks counts in
+  ``assigned→started``, and a cycle's transaction begun before the job committed shortens
+  ``submit→placed``.
+
+``--nodes N`` runs N simulated nodes of ``--gpus`` GPUs each (``CORRAL_SIMULATED_NODES``),
+one node agent each; ``--api-processes N`` that many API processes sharing the port
+(``CORRAL_API_PROCESSES``); ``--set CORRAL_NAME=VALUE`` passes any setting to the
+services (an A/B of one setting on one tree).
 
 ``--statements N`` loads pg_stat_statements into the private Postgres and prints (to
 stderr) the N statements that took Postgres longest during the throughput run, with
@@ -149,6 +167,43 @@ async def _top_statements(conn: asyncpg.Connection, top: int, jobs: int) -> floa
     return total_ms / jobs
 
 
+# Each stage: the timestamps it runs between (columns of ``_STAGE_TIMES``), and the
+# processes doing its work (``cpu_by_process`` names; ``agent`` stands for every node's).
+STAGES = {
+    "submit→placed": ("submitted", "placed", ("api", "scheduler")),
+    "placed→assigned": ("placed", "assigned", ("launcher",)),
+    "assigned→started": ("assigned", "started", ("agent",)),
+    "exited→decided": ("exited", "decided", ("launcher",)),
+}
+_STAGE_TIMES = """
+    SELECT j.created_at AS submitted,
+           (SELECT min(al.created_at) FROM scheduler.allocations al
+            WHERE al.job_id = j.id AND al.generation = a.generation) AS placed,
+           a.created_at AS assigned, a.started_at AS started, a.finished_at AS exited,
+           j.finished_at AS decided
+    FROM api.jobs j JOIN launcher.attempts a ON a.job_id = j.id AND a.attempt_no = 1"""
+
+
+async def _stages(conn: asyncpg.Connection, cpu_ms_per_job: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each stage's mean wall time per job against the CPU per job of its processes."""
+    means = ", ".join(
+        f'avg(extract(epoch FROM {end} - {start})) * 1000 AS "{name}"'
+        for name, (start, end, _) in STAGES.items()
+    )
+    row = await conn.fetchrow(f"SELECT {means} FROM ({_STAGE_TIMES}) AS t")  # noqa: S608 - our own names
+    assert row is not None
+    stages: dict[str, dict[str, Any]] = {}
+    for name, (_, _, processes) in STAGES.items():
+        cpu = sum(ms for process, ms in cpu_ms_per_job.items() if process.split("-")[0] in processes)
+        wall = row[name]
+        stages[name] = {
+            "wall_ms_per_job": None if wall is None else round(float(wall), 2),
+            "cpu_ms_per_job": round(cpu, 2),
+            "processes": list(processes),
+        }
+    return stages
+
+
 async def _forget_the_probes(conn: asyncpg.Connection) -> None:
     """Empty the job tables, so the run's figures count its own jobs only. TRUNCATE's
     exclusive locks, taken table by table, can deadlock with a service reading two of
@@ -193,6 +248,12 @@ async def measure(
                    FROM api.jobs j JOIN launcher.attempts a ON a.job_id = j.id AND a.attempt_no = 1"""
             )
         ]
+        cpu_ms_per_job = {
+            name: round((cpu_after[name] - cpu_before[name]) * 1000 / jobs, 2)
+            for name in sorted(cpu_after)
+            if name in cpu_before
+        }
+        stages = await _stages(conn, cpu_ms_per_job)
     finally:
         await conn.close()
     assert row is not None
@@ -211,11 +272,8 @@ async def measure(
         "failed_jobs": int(row["not_ok"]),
         "wall_s": round(wall, 2),
         # What a job cost each process, in CPU: the figure to compare on a shared machine.
-        "cpu_ms_per_job": {
-            name: round((cpu_after[name] - cpu_before[name]) * 1000 / jobs, 2)
-            for name in sorted(cpu_after)
-            if name in cpu_before
-        },
+        "cpu_ms_per_job": cpu_ms_per_job,
+        "stages": stages,
         **({"postgres_statement_ms_per_job": round(statement_ms, 2)} if statement_ms is not None else {}),
     }
 
@@ -252,7 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs on the node")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs on each node")
+    parser.add_argument("--nodes", type=int, default=1, help="simulated nodes, one agent each")
+    parser.add_argument("--api-processes", type=int, default=1, help="API processes sharing the port")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="CORRAL_NAME=VALUE",
+        help="a setting for the stack's services (repeatable), e.g. CORRAL_LAUNCHER_PLACEMENT_CONCURRENCY=1",
+    )
     parser.add_argument("--probes", type=int, default=50, help="one-at-a-time jobs for start latency")
     parser.add_argument("--with-slurm", action="store_true", help="also measure the Slurm peer in this run")
     parser.add_argument(
@@ -266,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         "--pause-s", type=float, default=30.0, help="rest between runs (this machine slows down under load)"
     )
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.pause_s < 0:
-        parser.error("--runs must be at least 1 and --pause-s at least 0")
+    if args.runs < 1 or args.pause_s < 0 or args.nodes < 1:
+        parser.error("--runs and --nodes must be at least 1, and --pause-s at least 0")
+    if any(not s.startswith("CORRAL_") or "=" not in s for s in args.set):
+        parser.error("--set takes CORRAL_NAME=VALUE")
     results = []
     for run in range(args.runs):
         if run:
@@ -285,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run_once(args: argparse.Namespace) -> dict[str, Any]:
     # With --statements, the private Postgres loads pg_stat_statements.
     extra_env = {"CORRAL_PG_STATEMENTS": "1"} if args.statements else {}
-    with private_stack(gpus=args.gpus, keep=args.keep, extra_env=extra_env) as stack:
-        stack.wait_for_gpus(args.gpus)  # an idle cluster: its node registered
+    extra_env["CORRAL_API_PROCESSES"] = str(args.api_processes)
+    extra_env.update(setting.split("=", 1) for setting in args.set)
+    with private_stack(gpus=args.gpus, nodes=args.nodes, keep=args.keep, extra_env=extra_env) as stack:
+        stack.wait_for_gpus(args.gpus, nodes=args.nodes)  # an idle cluster: its nodes registered
         result = asyncio.run(measure(stack, args.jobs, args.concurrency, args.probes, args.statements))
-    return {"bench": "e2e", "gpus": args.gpus, **result}
+    shape = {"gpus": args.gpus, "nodes": args.nodes, "api_processes": args.api_processes}
+    return {"bench": "e2e", **shape, **result}
 
 
 def medians_of(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -299,7 +371,7 @@ def medians_of(results: list[dict[str, Any]]) -> dict[str, Any]:
         if key == "failed_jobs":
             merged[key] = sum(r[key] for r in results)
         elif isinstance(value, dict):
-            merged[key] = {name: round(statistics.median(r[key][name] for r in results), 2) for name in value}
+            merged[key] = {name: _median_of([r[key][name] for r in results]) for name in value}
         elif isinstance(value, float):
             merged[key] = round(statistics.median(r[key] for r in results), 2)
         else:
@@ -307,6 +379,16 @@ def medians_of(results: list[dict[str, Any]]) -> dict[str, Any]:
     merged["runs"] = len(results)
     merged["jobs_per_s_each_run"] = [r["jobs_per_s"] for r in results]
     return merged
+
+
+def _median_of(values: list[Any]) -> Any:
+    """The median of a figure over runs; of each figure, for a stage's (None: not measured)."""
+    if isinstance(values[0], dict):
+        return {key: _median_of([v[key] for v in values]) for key in values[0]}
+    numbers = [v for v in values if isinstance(v, int | float)]
+    if not numbers:
+        return values[0]
+    return round(statistics.median(numbers), 2)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ class BenchStack:
         }
         used["postgres"] = tree_cpu_s(self.postmaster_pid())
         nats = self.nats_pid()
-        if nats is not None:
+        if nats is not None and "nats-server" not in used:  # (supervised: its pid file is there)
             used["nats"] = cpu_s(nats)
         return used
 
@@ -111,18 +111,20 @@ class BenchStack:
                     continue  # gone meanwhile
         return None
 
-    def wait_for_gpus(self, gpus: int, timeout_s: float = 60.0) -> None:
-        """Until a node with ``gpus`` GPUs is READY and takes work. Every service answers
-        /readyz before the node's first heartbeat has registered it (about half a
-        second later), and a job submitted in between waits for the node, not for Corral."""
+    def wait_for_gpus(self, gpus: int, timeout_s: float = 60.0, nodes: int = 1) -> None:
+        """Until ``nodes`` nodes with ``gpus`` GPUs each are READY and take work. Every
+        service answers /readyz before a node's first heartbeat has registered it (about
+        half a second later), and a job submitted in between waits for the node, not for
+        Corral."""
         headers = {"Authorization": f"Bearer {self.token()}"}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            nodes = httpx.get(f"{self.base_url}/api/v1/nodes", headers=headers, timeout=5).json()["items"]
-            if any(n["state"] == "READY" and not n["drained"] and n["gpu_count"] >= gpus for n in nodes):
+            listed = httpx.get(f"{self.base_url}/api/v1/nodes", headers=headers, timeout=5).json()["items"]
+            ready = [n for n in listed if n["state"] == "READY" and not n["drained"]]
+            if sum(1 for n in ready if n["gpu_count"] >= gpus) >= nodes:
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"no READY node with {gpus} GPUs after {timeout_s:.0f} s")
+        raise RuntimeError(f"fewer than {nodes} READY node(s) with {gpus} GPUs after {timeout_s:.0f} s")
 
     _pg_port: int = 0
     _nats_port: int = 0
@@ -130,9 +132,10 @@ class BenchStack:
 
 @contextmanager
 def private_stack(
-    *, gpus: int = 8, extra_env: dict[str, str] | None = None, keep: bool = False
+    *, gpus: int = 8, nodes: int = 1, extra_env: dict[str, str] | None = None, keep: bool = False
 ) -> Iterator[BenchStack]:
-    """Start the stack; ``keep`` leaves its home (logs, data) behind for a post-mortem."""
+    """Start the stack, with ``nodes`` simulated nodes of ``gpus`` GPUs each; ``keep``
+    leaves its home (logs, data) behind for a post-mortem."""
     home = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     home.chmod(0o755)  # a root-started private Postgres runs as an unprivileged user
     port, pg_port, nats_port = free_port(), free_port(), free_port()
@@ -143,6 +146,7 @@ def private_stack(
         "CORRAL_PG_PORT": str(pg_port),
         "CORRAL_NATS_PORT": str(nats_port),
         "CORRAL_SIMULATED_GPUS": str(gpus),
+        "CORRAL_SIMULATED_NODES": str(nodes),
         "CORRAL_TELEMETRY_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         # A benchmark's clients are one tenant submitting as fast as it can: the per-token
         # rate limits (a protection for shared API processes) would measure themselves.

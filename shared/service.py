@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -113,14 +114,20 @@ class _DenialIsAnAnswer(logging.Filter):
 _DENIAL_FILTER = _DenialIsAnAnswer()
 
 
-async def serve_http(app: Starlette, host: str, port: int, name: str) -> None:
+async def serve_http(app: Starlette, host: str, port: int, name: str, *, reuse_port: bool = False) -> None:
+    """Serve ``app`` on ``host:port`` until cancelled; ``reuse_port``: on a socket other
+    processes of this machine may bind too (``SO_REUSEPORT``), each taking a share of
+    the connections."""
     uvicorn_errors = logging.getLogger("uvicorn.error")
     if _DENIAL_FILTER not in uvicorn_errors.filters:
         uvicorn_errors.addFilter(_DENIAL_FILTER)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = EmbeddedServer(config)
     try:
-        await server.serve()
+        sockets = [_shared_listener(host, port)] if reuse_port else None
+        await server.serve(sockets=sockets)
+    except OSError as exc:
+        raise RuntimeError(f"{name}: could not serve HTTP on {host}:{port} ({exc})") from exc
     except SystemExit as exc:
         # uvicorn calls sys.exit(1) when it cannot bind; inside a TaskGroup that must be
         # an ordinary error, so the group fails and the process exits non-zero.
@@ -129,6 +136,22 @@ async def serve_http(app: Starlette, host: str, port: int, name: str) -> None:
         server.should_exit = True
     if not server.started:
         raise RuntimeError(f"{name}: could not serve HTTP on {host}:{port}")
+
+
+def _shared_listener(host: str, port: int) -> socket.socket:
+    """A bound TCP socket on ``host:port`` that other processes may bind as well."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.bind(address)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 async def serve_health(health: Health, settings: HealthSettings) -> None:

@@ -121,6 +121,16 @@ SECTIONS: tuple[Section, ...] = (
                 "multi-node gangs, `one_per_node` and moves on one machine.",
             ),
             Variable(
+                "CORRAL_API_PROCESSES",
+                "`1`",
+                "More than 1: that many API processes, 1 to 16, sharing `CORRAL_PORT` "
+                "(`SO_REUSEPORT`: the kernel spreads connections among them). Each keeps its own "
+                "rate-limit buckets (a token may reach N times `CORRAL_API_RATE_LIMIT_PER_S`) and "
+                "its own 5-second caches of tokens and portal sessions (a revoked token or a closed "
+                "session may pass another process for up to 5 s); idempotency keys, jobs and all "
+                "other state are Postgres's, shared.",
+            ),
+            Variable(
                 "CORRAL_SERVICES",
                 "all",
                 "Run only these, comma-separated: `api`, `scheduler`, `launcher`, `monitor`, "

@@ -17,6 +17,7 @@ from corral.local.problems import StartupProblem
 # (name, module). The exporter and agent together are "the node" on this machine.
 NODE_SERVICES = frozenset({"exporter", "agent"})
 MAX_SIMULATED_NODES = 64
+MAX_API_PROCESSES = 16
 SERVICES: tuple[tuple[str, str], ...] = (
     ("api", "services.api"),
     ("scheduler", "services.scheduler"),
@@ -47,6 +48,9 @@ class StackConfig:
     # More than one: that many simulated nodes on this machine (an exporter and an agent
     # each, named <node_id>-1 ... <node_id>-N), to try multi-node gangs and placement.
     simulated_nodes: int = 1
+    # More than one: that many API processes sharing its port (SO_REUSEPORT: the kernel
+    # spreads connections among them), named api, api-2 ... api-N.
+    api_processes: int = 1
     extra_env: dict[str, str] = field(default_factory=dict)
     # Run only these services (all by default), e.g. a GPU machine that is only a node.
     services: tuple[str, ...] = tuple(name for name, _ in SERVICES)
@@ -66,6 +70,7 @@ class StackConfig:
             simulated_gpus=_whole_number(env, "CORRAL_SIMULATED_GPUS", 8, 0, 64),
             node_id=env.get("CORRAL_NODE_ID", "local"),
             simulated_nodes=_whole_number(env, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES),
+            api_processes=_whole_number(env, "CORRAL_API_PROCESSES", 1, 1, MAX_API_PROCESSES),
             services=_services(env.get("CORRAL_SERVICES", "")),
         )
 

@@ -213,6 +213,8 @@ class Supervisor:
             env["CORRAL_AGENT_WORK_DIR"] = str(self.config.home / "work" / node_id)
         if name == "api":
             del env["CORRAL_HEALTH_PORT"]
+            if self.config.api_processes > 1:
+                env["CORRAL_API_REUSE_PORT"] = "true"
             env["CORRAL_API_SUPERVISOR_STATE_FILE"] = str(self.config.home / "run" / "supervisor.json")
             env.update(self.join_env())
         if name == "exporter":
@@ -221,13 +223,17 @@ class Supervisor:
 
     def planned(self) -> list[tuple[str, str, str, str | None]]:
         """(process name, service, module, node) of every process to run: a node's
-        services once per simulated node (process ``agent-local-2``) when there are several."""
+        services once per simulated node (process ``agent-local-2``) when there are several,
+        the API as many times as ``api_processes`` says (``api``, ``api-2``...)."""
         nodes = self.config.node_ids()
         processes: list[tuple[str, str, str, str | None]] = []
         for name, module in SERVICES:
             if name not in self.config.services:
                 continue
-            if name not in NODE_SERVICES:
+            if name == "api":
+                copies = range(1, self.config.api_processes + 1)
+                processes.extend((name if n == 1 else f"{name}-{n}", name, module, None) for n in copies)
+            elif name not in NODE_SERVICES:
                 processes.append((name, name, module, None))
             elif len(nodes) == 1:
                 processes.append((name, name, module, nodes[0]))

@@ -177,7 +177,8 @@ async def run_api(res: ServiceResources, settings: Settings) -> None:
         if res.relay is not None:
             tg.create_task(res.relay.run(), name="outbox-relay")
         tg.create_task(res.liveness.run(), name="liveness")
-        tg.create_task(serve_http(app, settings.api.host, settings.api.port, "api"), name="http")
+        api = settings.api
+        tg.create_task(serve_http(app, api.host, api.port, "api", reuse_port=api.reuse_port), name="http")
         tg.create_task(app.state.service_controller.run(), name="service-controller")
         retention_s = settings.api.audit_retention_days * 86400
 

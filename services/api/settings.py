@@ -19,6 +19,11 @@ class ApiSettings(BaseSettings):
     """The address the API listens on."""
     port: int = Field(default=8080, ge=0, le=65535)
     """The port the API listens on (its ``/healthz``, ``/readyz`` and ``/metrics`` too)."""
+    reuse_port: bool = False
+    """Bind the port with ``SO_REUSEPORT``, so several API processes of one machine share
+    it and the kernel spreads new connections among them (``make up`` sets it with
+    ``CORRAL_API_PROCESSES``). Each process keeps its own rate-limit buckets
+    (services/api/rate_limit.py); idempotency keys are Postgres's, shared by all."""
     admin_token_file: Path | None = None
     """Where the bootstrap admin token is written at first start (mode 0600). Unset:
     ``$CORRAL_HOME/admin-token``."""

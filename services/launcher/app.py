@@ -62,12 +62,14 @@ async def serve(settings: Settings) -> None:
                 stop_grace_s=settings.agent.stop_grace_s,
             )
             await runner.hold_leases(settings.agent.lease_s)
+        side_by_side = settings.launcher.placement_concurrency
+        consumer_spec = ConsumerSpec(CONSUMER, handlers.handle, concurrency=side_by_side)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             if runner is not None and sockets is not None:
                 run_on_kubernetes(tg, res, runner, PodInteractive(res.bus, sockets), settings)
             tg.create_task(
-                run_consumer(res.bus, ConsumerSpec(CONSUMER, handlers.handle), res.dead_letters),
+                run_consumer(res.bus, consumer_spec, res.dead_letters),
                 name="consumer",
             )
             serve_artifacts(tg, res, settings)

@@ -4,7 +4,10 @@ job's row locked first (``FOR UPDATE``) like every decision about a job.
 
 Ports are allocated here, per node, so every task can be told every other task's
 address before any of them starts: the role's labelled ports, plus a ``master`` port
-for the job's first task (the PyTorch rendezvous).
+for the job's first task (the PyTorch rendezvous). Placements are handled several at a
+time (``CORRAL_LAUNCHER_PLACEMENT_CONCURRENCY``), by any number of launchers: each takes
+its nodes' locks before reading the ports they hold, so no port is given twice on a node
+while placements on different nodes go on side by side.
 """
 
 from __future__ import annotations

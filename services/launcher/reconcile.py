@@ -17,6 +17,7 @@ from services.launcher.lost_nodes import declare_lost_nodes
 from services.launcher.outcomes import evaluate_job
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Connection, Database
+from shared.outbox import following_others
 
 log = logging.getLogger(__name__)
 
@@ -52,4 +53,6 @@ async def _create(conn: Connection, *, job_id: str, generation: int) -> int:
 
 
 async def _decide(conn: Connection, *, job_id: str) -> int:
-    return int(await evaluate_job(conn, job_id) is not None)
+    # A decision may follow a node's unpublished task.exited (shared/outbox).
+    with following_others():
+        return int(await evaluate_job(conn, job_id) is not None)

@@ -108,7 +108,10 @@ async def lock_job(conn: Connection, job_id: str) -> LockedJob | None:
 
 
 async def lock_job_placement(conn: Connection, job_id: str, generation: int) -> JobPlacement | None:
-    """The job's row, locked, with the placement of ``generation`` (one round trip)."""
+    """The job's row, locked, with the placement of ``generation``; first the nodes it is
+    placed on, whose ports it hands out (two round trips: the ports must be read after
+    the nodes' locks are held, in a statement of their own)."""
+    await conn.execute(SQL.lock_placement_nodes, job_id, generation)
     row = await conn.fetchrow(SQL.lock_job_with_allocations, job_id, generation)
     if row is None:
         return None

@@ -39,6 +39,10 @@ class LauncherSettings(BaseSettings):
     decide_concurrency: int = Field(default=4, ge=1)
     """How many jobs whose attempt ended on a node the launcher decides at once
     (attempt_ends.py); each holds a pooled connection while it decides."""
+    placement_concurrency: int = Field(default=4, ge=1)
+    """How many placements (``job.scheduled``) the launcher turns into attempts at once,
+    each in its own transaction on a pooled connection; placements sharing a node take
+    turns (attempts.py). 1: one after another."""
 
 
 class AgentSettings(BaseSettings):

@@ -12,13 +12,20 @@
 
 Handlers get the typed event and must be idempotent (see ``shared/idempotency.py``).
 The loop itself never dies of a bad message; it only stops when cancelled.
+
+``concurrency``: how many messages of a fetch are handled at once (1: one after
+another). Messages whose subjects end in the same token (the aggregate: a job's id for
+``corral.job.*``; a consumer of subjects ending otherwise must not set it) are always
+handled in the order they came, one at a time; only different aggregates' overlap. A
+handler that waits on Postgres round trips most of its time then stops holding up the
+rest of the stream behind it (the launcher's placements).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +55,7 @@ class ConsumerSpec:
     handler: Handler
     batch: int = 64
     fetch_timeout_s: float = 1.0
+    concurrency: int = 1
 
 
 @dataclass
@@ -73,8 +81,39 @@ async def run_consumer(
             log.warning("fetch on %s failed (%s); retrying", spec.config.durable, exc)
             await asyncio.sleep(1.0)
             continue
-        for delivery in deliveries:
-            await _settle(delivery, spec, dead_letters, stats)
+        if spec.concurrency <= 1 or len(deliveries) <= 1:
+            for delivery in deliveries:
+                await _settle(delivery, spec, dead_letters, stats)
+        else:
+            await _settle_side_by_side(deliveries, spec, dead_letters, stats)
+
+
+def aggregate_of(subject: str) -> str:
+    """What a message is about, from its subject (``corral.job.scheduled.<job>``)."""
+    return subject.rsplit(".", 1)[-1]
+
+
+async def _settle_side_by_side(
+    deliveries: Sequence[Delivery], spec: ConsumerSpec, dead_letters: DeadLetterSink, stats: ConsumerStats
+) -> None:
+    """Settle a fetch's messages ``spec.concurrency`` at a time, each aggregate's in order."""
+    in_order: dict[str, list[Delivery]] = {}
+    for delivery in deliveries:
+        in_order.setdefault(aggregate_of(delivery.subject), []).append(delivery)
+    slots = asyncio.Semaphore(spec.concurrency)
+
+    async def settle_in_order(queue: list[Delivery]) -> None:
+        for delivery in queue:
+            async with slots:
+                await _settle(delivery, spec, dead_letters, stats)
+
+    # Every lane runs to its end even when one fails (an ack NATS refused): a failure
+    # must not cancel other jobs' handlers mid-transaction. Then the first is raised, as
+    # one after another would have.
+    lanes = [settle_in_order(queue) for queue in in_order.values()]
+    for outcome in await asyncio.gather(*lanes, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 async def _settle(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +210,24 @@ def test_the_admin_token_is_created_once_and_private(tmp_path: Path) -> None:
     assert first.startswith("crl_")
     assert path.stat().st_mode & 0o777 == 0o600
     assert load_or_create_admin_token(path) == first
+
+
+def test_api_processes_starting_at_once_all_get_the_same_admin_token(tmp_path: Path) -> None:
+    """Eight processes racing to make the token (CORRAL_API_PROCESSES): one makes it, every
+    one reads it, and nothing is left beside it."""
+    path = tmp_path / "home" / "admin-token"
+    script = (
+        "import sys, pathlib\n"
+        "from services.api.tenants.auth import load_or_create_admin_token\n"
+        "print(load_or_create_admin_token(pathlib.Path(sys.argv[1])))\n"
+    )
+    racers = [
+        subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    tokens = {racer.communicate(timeout=60)[0].strip() for racer in racers}
+    assert tokens == {path.read_text().strip()}
+    assert [p.name for p in path.parent.iterdir()] == ["admin-token"]
 
 
 async def test_the_token_is_stored_hashed(db: Database, admin_token: str) -> None:

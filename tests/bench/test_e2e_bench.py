@@ -17,8 +17,11 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(240)
-def test_a_small_run_with_statements_prints_them_and_one_json_line() -> None:
-    command = [sys.executable, "-m", "bench.e2e", "--jobs", "20", "--probes", "3", "--statements", "5"]
+def test_a_small_run_on_two_nodes_with_statements_prints_them_its_stages_and_one_json_line() -> None:
+    command = [
+        *(sys.executable, "-m", "bench.e2e", "--jobs", "20", "--probes", "3", "--statements", "5"),
+        *("--nodes", "2", "--gpus", "2"),
+    ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -28,6 +31,14 @@ def test_a_small_run_with_statements_prints_them_and_one_json_line() -> None:
     assert result["start_latency_p50_ms"] < result["end_latency_p50_ms"] <= result["end_latency_p99_ms"]
     assert result["cpu_ms_per_job"]["postgres"] > 0
     assert result["postgres_statement_ms_per_job"] > 0
+    assert result["nodes"] == 2
+    assert sum(1 for name in result["cpu_ms_per_job"] if name.startswith("agent")) == 2
+    stages = result["stages"]
+    assert list(stages) == ["submit→placed", "placed→assigned", "assigned→started", "exited→decided"]
+    for name, stage in stages.items():
+        assert stage["wall_ms_per_job"] > 0, name
+        assert stage["cpu_ms_per_job"] > 0, name
+    assert stages["placed→assigned"]["processes"] == ["launcher"]
     listed = done.stderr[done.stderr.index("Postgres statement time") :].splitlines()[1:6]
     assert len(listed) == 5
     assert all(" calls " in line and " rows | " in line for line in listed), listed
@@ -58,3 +69,5 @@ def test_several_runs_print_each_and_then_their_medians() -> None:
     assert min(result["jobs_per_s_each_run"]) <= result["jobs_per_s"] <= max(result["jobs_per_s_each_run"])
     assert result["failed_jobs"] == 0
     assert set(result["cpu_ms_per_job"]) == set(runs[0]["cpu_ms_per_job"])
+    walls = sorted(run["stages"]["assigned→started"]["wall_ms_per_job"] for run in runs)
+    assert walls[0] <= result["stages"]["assigned→started"]["wall_ms_per_job"] <= walls[1]

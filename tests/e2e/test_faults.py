@@ -72,6 +72,80 @@ async def test_launcher_killed_before_it_sees_a_placement_loses_nothing(
     assert await _attempt_count(database_url, job_id) == 1
 
 
+BURST = 60
+
+
+async def _kill_amid_a_burst(
+    stack: Stack, database_url: str, service: str, made: str
+) -> tuple[list[str], int]:
+    """Submit ``BURST`` GPU-less jobs at once (a scheduling cycle places many, and the
+    launcher turns them into attempts several at a time), SIGKILL ``service`` as soon as
+    ``made`` (a count over the burst's jobs) is above zero, watched while the submits
+    are still going, and wait for it to be back. The jobs, and ``made`` at the kill."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        async with stack.client() as http:
+            submits = [submit(http, "true", gpus=0, name=f"burst-{i}") for i in range(BURST)]
+            submitting = asyncio.ensure_future(asyncio.gather(*submits))
+            for _ in range(4000):
+                if await conn.fetchval(made):
+                    break
+                await asyncio.sleep(0.002)
+            old = stack.kill(service)
+            at_kill = int(await conn.fetchval(made))
+            jobs = list(await submitting)
+        await stack.wait_restarted(service, old)
+    finally:
+        await conn.close()
+    return jobs, at_kill
+
+
+async def _each_ran_once(stack: Stack, database_url: str, jobs: list[str]) -> None:
+    async with stack.client() as http:
+        for job_id in jobs:
+            assert (await wait_state(http, job_id, {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
+    conn = await asyncpg.connect(database_url)
+    try:
+        counts = await conn.fetch(
+            "SELECT job_id, count(*) AS n FROM launcher.attempts WHERE job_id = any($1) GROUP BY job_id", jobs
+        )
+    finally:
+        await conn.close()
+    assert {r["job_id"]: r["n"] for r in counts} == dict.fromkeys(jobs, 1)
+
+
+async def test_launcher_killed_amid_a_burst_of_placements_loses_none_and_launches_none_twice(
+    stack: Stack, database_url: str
+) -> None:
+    made = (
+        "SELECT count(*) FROM launcher.attempts a"
+        " JOIN api.jobs j ON j.id = a.job_id WHERE j.name LIKE 'burst-%'"
+    )
+    jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", made)
+    assert 0 < at_kill < BURST, f"the launcher was killed with {at_kill} of {BURST} placements handled"
+    await _each_ran_once(stack, database_url, jobs)
+
+
+async def test_scheduler_killed_as_a_burst_is_placed_loses_none_and_places_none_twice(
+    stack: Stack, database_url: str
+) -> None:
+    placed = (
+        "SELECT count(DISTINCT a.job_id) FROM scheduler.allocations a"
+        " JOIN api.jobs j ON j.id = a.job_id WHERE j.name LIKE 'burst-%'"
+    )
+    # A cycle's placements commit together: the kill lands after one commits, with its
+    # events published on commit or still in the outbox, and later cycles' jobs unplaced.
+    jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "scheduler", placed)
+    assert at_kill > 0
+    await _each_ran_once(stack, database_url, jobs)
+    conn = await asyncpg.connect(database_url)
+    try:
+        generations = await conn.fetch("SELECT DISTINCT generation FROM api.jobs WHERE id = any($1)", jobs)
+    finally:
+        await conn.close()
+    assert [r["generation"] for r in generations] == [1], "a job was placed twice"
+
+
 @pytest.fixture
 async def stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     """On the test's own NATS, open to anyone: these tests replay and forge events, and

@@ -276,7 +276,8 @@ async def test_limits_hold_memory_processes_and_cores(
 
         cores = []
         for job_id in pinned:
-            await _running(http, job_id)
+            running = await _running(http, job_id)
+            assert _cgroups_of(running["attempts"][0]["id"]), "a running task's cgroup is where we look"
             for _ in range(50):
                 said = await _logs(http, job_id)
                 if "omp=" in said:

@@ -5,6 +5,7 @@ simulated nodes on one machine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
@@ -126,3 +127,63 @@ def test_a_bad_node_count_is_refused_before_anything_starts(
         StartupProblem, match=f"CORRAL_SIMULATED_NODES must be a whole number from 1 to 64, got '{given}'"
     ):
         StackConfig.from_environment()
+
+
+@pytest.mark.parametrize("given", ["0", "17", "two"])
+def test_a_bad_api_process_count_is_refused_before_anything_starts(
+    given: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_API_PROCESSES", given)
+    with pytest.raises(
+        StartupProblem, match=f"CORRAL_API_PROCESSES must be a whole number from 1 to 16, got '{given}'"
+    ):
+        StackConfig.from_environment()
+
+
+def _listening_on(port: int) -> set[int]:
+    """The pids holding a listening TCP socket on ``port`` (from /proc: sockets by inode)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    holders = set()
+    for process in Path("/proc").iterdir():
+        if process.name.isdigit():
+            with contextlib.suppress(OSError):
+                if any(os.readlink(fd) in inodes for fd in (process / "fd").iterdir()):
+                    holders.add(int(process.name))
+    return holders
+
+
+async def _until_both_listen(port: int) -> set[int]:
+    """The pids listening on ``port`` once two do (each binds it once it is up), or at 20 s."""
+    for _ in range(200):
+        if len(listening := _listening_on(port)) == 2:
+            return listening
+        await asyncio.sleep(0.1)
+    return _listening_on(port)
+
+
+async def test_api_processes_share_the_port_and_one_killed_leaves_the_api_answering(
+    database_url: str, nats_url: str, tmp_path: Path
+) -> None:
+    env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": nats_url, "CORRAL_API_PROCESSES": "2"}
+    async with Stack(tmp_path / "home", env).running() as stack:
+        both = {stack.pid("api"), stack.pid("api-2")}
+        assert len(both) == 2
+        assert await _until_both_listen(stack.port) == both
+
+        old = stack.kill("api")
+        for _ in range(100):  # until its socket has left the port's group
+            if _listening_on(stack.port) == both - {old}:
+                break
+            await asyncio.sleep(0.05)
+        async with stack.client() as http:
+            # The other process answers at once, while the supervisor restarts this one.
+            job_id = await submit(http, "echo through the other API process")
+            await wait_state(http, job_id, {"SUCCEEDED"}, timeout_s=60)
+        await stack.wait_restarted("api", old)
+        assert await _until_both_listen(stack.port) == {stack.pid("api"), stack.pid("api-2")}

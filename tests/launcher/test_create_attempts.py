@@ -4,10 +4,14 @@ the node holds, and nothing twice for a redelivered ``job.scheduled``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+
+import pytest
 
 from services.api.jobs.repository import JobRepository
 from services.api.jobs.submission import Submitter
+from services.launcher import attempts as placing
 from services.launcher.attempts import PORT_RANGE, create_attempts
 from shared.db.pool import Database
 from shared.jobs import JobSpec
@@ -86,3 +90,28 @@ async def test_a_placement_becomes_attempts_on_ports_no_live_attempt_holds(db: D
         await db.fetchval("SELECT count(*) FROM corral.outbox WHERE subject LIKE 'corral.task.assigned.%'")
         == 2
     )
+
+
+async def test_placements_on_one_node_handled_at_once_never_share_a_port(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight placements of two tasks each (three ports) on one node, all at once, each in
+    its own transaction, as the launcher handles them side by side: from a range of 24
+    ports, exactly enough, every port goes to one task. Without the node's lock, each
+    would read the same free ports and most would be given twice."""
+    monkeypatch.setattr(placing, "PORT_RANGE", range(21000, 21024))
+    await attempts.known_nodes(db, NODE)
+    jobs = [await _scheduled_gang(db) for _ in range(8)]
+
+    async def place(job_id: str) -> int:
+        async with db.transaction() as conn:
+            return await create_attempts(conn, job_id, 1)
+
+    assert await asyncio.gather(*(place(job_id) for job_id in jobs)) == [2] * 8
+    given = [
+        port
+        for r in await db.fetch("SELECT ports FROM launcher.attempts WHERE node_id = $1", NODE)
+        for ports in r["ports"].values()
+        for port in ports
+    ]
+    assert sorted(given) == list(range(21000, 21024))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -13,7 +12,7 @@ from prometheus_client import REGISTRY
 
 from corral.local.ports import free_port
 from shared.bus import ConsumerConfig, ConsumerSpec, Delivery, run_consumer
-from shared.bus.memory import MemoryBus, subject_matches
+from shared.bus.memory import subject_matches
 from shared.bus.nats import NatsBus
 from shared.bus.protocol import Bus
 from shared.bus.streams import JOBS
@@ -23,18 +22,6 @@ from shared.events.jobs import JobSubmittedData
 from shared.logs import current_job
 from shared.settings import NatsSettings
 from tests.tracing import global_tracer_provider
-
-
-@pytest.fixture(params=["nats", "memory"])
-async def any_bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
-    bus: Bus
-    if request.param == "memory":
-        bus = MemoryBus()
-    else:
-        bus = await NatsBus.connect(NatsSettings(url=request.getfixturevalue("nats_url")))
-    await bus.ensure_streams()
-    yield bus
-    await bus.close()
 
 
 def _event(job: str, name: str = "hello") -> JobSubmitted:

@@ -108,15 +108,29 @@ def hash_token(token: str) -> str:
 
 
 def load_or_create_admin_token(path: Path) -> str:
+    """The admin token in ``path``, made there first if it has none. Several API
+    processes may start at once: the file appears whole or not at all (written aside,
+    then linked into place, which fails if another got there first), so all of them
+    read the same token."""
     if path.exists():
         token = path.read_text().strip()
         if token:
             return token
+        path.unlink(missing_ok=True)  # an empty file (a crash mid-write): make it anew
     path.parent.mkdir(parents=True, exist_ok=True)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    aside.unlink(missing_ok=True)  # (a crashed start's, by the same pid)
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            return path.read_text().strip()  # another process's, made meanwhile
+    finally:
+        aside.unlink(missing_ok=True)
     return token
 
 

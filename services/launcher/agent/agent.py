@@ -445,6 +445,6 @@ class NodeAgent:
         outcome, lost = Exit(None, None, "the node agent restarted and the task's process was gone"), True
         if recorded is not None:
             outcome, lost = sandboxed.verdict(task, recorded), False
+        await self.report_exit(task, outcome, lost=lost)  # first: a crash between keeps the verdict
         await self._finish_sandbox(task)
-        await self.report_exit(task, outcome, lost=lost)
         task.files.remove()

@@ -61,7 +61,16 @@ def start(
 
 
 async def take_down(sandbox: Sandbox, task: Task) -> None:
-    """Kill what is left of a sandboxed task, remove its cgroup, release its uid."""
+    """Kill what is left of a sandboxed task, remove its cgroup, release its uid. A
+    cgroup the kernel will not let go of is logged and left to the sweep: the task's
+    end is recorded after this, and must be, whatever its cgroup does."""
+    try:
+        await _take_down(sandbox, task)
+    except OSError as exc:
+        log.warning("could not take down attempt %s's cgroup (%s); left for the sweep", task.attempt_id, exc)
+
+
+async def _take_down(sandbox: Sandbox, task: Task) -> None:
     # Usually nothing is left (the task's processes went with its pid 1): the cgroup
     # goes at once, here. Processes left take a kill and a wait: in a thread.
     if not sandbox.take_down_if_empty(task.attempt_id):

@@ -4,14 +4,23 @@ SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_reque
         WHERE p.job_id = j.id AND p.generation = j.generation) AS preempt_reason
 FROM api.jobs j WHERE j.id = $1 FOR UPDATE OF j;
 
+-- name: lock_placement_nodes
+-- The nodes generation $2 of job $1 is placed on, locked for handing out their ports
+-- until the transaction ends, in the order of their keys (two placements sharing nodes
+-- never wait on each other, even where two nodes' keys collide). Placements on other
+-- nodes go on side by side; two on one node take turns, and the second reads the ports
+-- the first committed.
+SELECT count(pg_advisory_xact_lock(hashtext('corral.node_ports'), node_key))
+FROM (SELECT DISTINCT hashtext(node_id) AS node_key FROM scheduler.allocations
+      WHERE job_id = $1 AND generation = $2 ORDER BY node_key) AS nodes;
+
 -- name: lock_job_with_allocations
 -- lock_job, with the placement of generation $2 (the task instances with no attempt of
 -- that generation yet) and the ports live attempts hold on its nodes: one round trip,
 -- not three. The allocations were committed before the job.scheduled that brought us
--- here, so the statement's snapshot has them even when it waited for the job's lock. An
--- attempt committed meanwhile is not seen: the insert's conflict on the task's live
--- attempt stops a second one, and ports are picked at random from a wide range
--- (attempts.free_ports), as they were when two launchers read the same ports at once.
+-- here, so the statement's snapshot has them even when it waited for the job's lock. The
+-- caller holds its nodes' locks (lock_placement_nodes), taken in an earlier statement,
+-- so the ports read here include every placement on them committed before.
 SELECT j.id, j.state, j.version, j.generation, j.spec, j.retries, j.cancel_requested_at,
        (SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'task_role', a.task_role, 'task_index', a.task_index, 'node_id', a.node_id,
