@@ -35,7 +35,7 @@ every job has ended, and prints one JSON line:
 
 ``--nodes N`` runs N simulated nodes of ``--gpus`` GPUs each (``CORRAL_SIMULATED_NODES``),
 one node agent each; ``--api-processes N`` that many API processes sharing the port
-(``CORRAL_API_PROCESSES``); ``--set CORRAL_NAME=VALUE`` passes any setting to the
+(``CORRAL_API_PROCESSES``); ``--set NAME=VALUE`` passes any ``CORRAL_*`` setting to the
 services (an A/B of one setting on one tree).
 
 ``--statements N`` loads pg_stat_statements into the private Postgres and prints (to
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "--set",
         action="append",
         default=[],
-        metavar="CORRAL_NAME=VALUE",
+        metavar="NAME=VALUE",
         help="a setting for the stack's services (repeatable), e.g. CORRAL_LAUNCHER_PLACEMENT_CONCURRENCY=1",
     )
     parser.add_argument("--probes", type=int, default=50, help="one-at-a-time jobs for start latency")
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.pause_s < 0 or args.nodes < 1:
         parser.error("--runs and --nodes must be at least 1, and --pause-s at least 0")
     if any(not s.startswith("CORRAL_") or "=" not in s for s in args.set):
-        parser.error("--set takes CORRAL_NAME=VALUE")
+        parser.error("--set takes NAME=VALUE, NAME a CORRAL_* setting")
     results = []
     for run in range(args.runs):
         if run:
