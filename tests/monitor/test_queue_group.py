@@ -14,7 +14,15 @@ async def test_two_listeners_split_the_heartbeats_between_them(bus: NatsBus) -> 
         asyncio.create_task(bus.listen("corral.metrics.node.>", "monitor", heard[name].append))
         for name in heard
     ]
-    await asyncio.sleep(0.5)  # both subscribed
+    for n in range(2000):  # until both are subscribed: each has heard a warm-up heartbeat
+        if heard["a"] and heard["b"]:
+            break
+        await bus.nc.publish(f"corral.metrics.node.warm{n}", heartbeat(f"warm{n}", gpus=1))
+        await asyncio.sleep(0.01)
+    await bus.nc.flush()
+    await asyncio.sleep(0.2)  # the last warm-ups delivered before the count starts
+    for received in heard.values():
+        received.clear()
     for n in range(400):
         await bus.nc.publish(f"corral.metrics.node.n{n}", heartbeat(f"n{n}", gpus=1))
     await bus.nc.flush()
