@@ -21,6 +21,7 @@ interval can still go unseen: then the events wait until the next restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import threading
@@ -121,7 +122,8 @@ class JetStreamProbe(threading.Thread):
         except (nats.errors.Error, TimeoutError) as exc:
             return repr(exc)
         finally:
-            await bus.close()
+            with contextlib.suppress(OSError):  # a server gone meanwhile: nothing left to close
+                await bus.close()
 
     def stop(self) -> None:
         self._stop.set()
