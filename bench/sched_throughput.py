@@ -11,6 +11,9 @@ waiting job) in one process, on one core, over a simulated clock:
 - ``--jobs`` jobs submitted at once, gangs of 1-64 GPUs (1, 2, 4, 8 GPUs on one node; 16,
   32, 64 as 8-GPU instances), 100 users, a few high-priority jobs, half with a
   ``max_runtime_s``; run times exponential, mean one hour;
+- ``--fractional F``: that share of the jobs asks for a fraction of one GPU instead (the
+  shares the Alibaba GPU-sharing trace asks most: 0.81, 0.47, 0.32, 0.65, ...), and every
+  node shares its GPUs;
 - every cycle, like the live service's: jobs that ended give their GPUs back, a fresh
   snapshot of every node is built (as ``snapshot.load_snapshot`` builds it from its
   rows), the first 5,000 pending jobs are planned (the live cycle's limit), and the
@@ -39,12 +42,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from services.scheduler.cycle import MAX_PENDING_PER_CYCLE
-from services.scheduler.model import NodeCapacity, PendingJob, RunningJob, TaskDemand, VirtualCluster
+from services.scheduler.model import (
+    NodeCapacity,
+    PendingJob,
+    RunningJob,
+    TaskDemand,
+    VirtualCluster,
+    task_demand,
+)
 from services.scheduler.planner import PlanSettings, plan
 from shared.gc_tuning import tune_garbage_collector
 
 GANG_SIZES = (1, 2, 4, 8, 16, 32, 64)
 GANG_WEIGHTS = (40, 15, 15, 15, 8, 5, 2)
+# The commonest shares of the Alibaba GPU-sharing trace's fractional pods, by how many ask.
+SHARES = (0.81, 0.47, 0.32, 0.65, 0.25, 0.5)
+SHARE_WEIGHTS = (1078, 750, 328, 253, 200, 200)
 VC_SHARES = {"vision": 0.3, "speech": 0.2, "nlp": 0.2, "research": 0.1}  # of the cluster's GPUs
 VC_WEIGHTS = {"vision": 30, "speech": 20, "nlp": 20, "research": 15, "default": 15}
 
@@ -56,7 +69,7 @@ class Workload:
     vcs: dict[str, VirtualCluster]
 
 
-def make_workload(jobs: int, total_gpus: int, seed: int) -> Workload:
+def make_workload(jobs: int, total_gpus: int, seed: int, fractional: float = 0.0) -> Workload:
     rng = random.Random(seed)
     vcs = {name: VirtualCluster(name, {"H100": int(total_gpus * share)}) for name, share in VC_SHARES.items()}
     vcs["default"] = VirtualCluster("default")
@@ -67,6 +80,8 @@ def make_workload(jobs: int, total_gpus: int, seed: int) -> Workload:
     for n in range(jobs):
         gpus = rng.choices(GANG_SIZES, GANG_WEIGHTS)[0]
         task = TaskDemand("worker", gpus // 8, 8) if gpus > 8 else TaskDemand("main", 1, gpus)
+        if fractional and rng.random() < fractional:
+            task = task_demand("main", 1, rng.choices(SHARES, SHARE_WEIGHTS)[0])
         run_s = rng.expovariate(1 / 3600)
         job_id = f"job-{n:06d}"
         pending.append(
@@ -84,6 +99,20 @@ def make_workload(jobs: int, total_gpus: int, seed: int) -> Workload:
     return Workload(pending, duration, vcs)
 
 
+def _release(job: RunningJob, free: dict[str, set[int]], shared: dict[str, dict[int, int]]) -> None:
+    """A job's GPUs come back: whole ones at once, a shared one when its last share leaves."""
+    for (node_id, gpus), milli in zip(job.slices, job.shares or (0,) * len(job.slices), strict=True):
+        if not milli:
+            free[node_id].update(gpus)
+            continue
+        left = shared[node_id][gpus[0]] - milli
+        if left:
+            shared[node_id][gpus[0]] = left
+        else:
+            del shared[node_id][gpus[0]]
+            free[node_id].add(gpus[0])
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -99,9 +128,11 @@ def run(
     tick_s: float = 300.0,
     max_cycles: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    fractional: float = 0.0,
 ) -> dict[str, object]:
-    workload = make_workload(jobs, nodes * gpus_per_node, seed)
+    workload = make_workload(jobs, nodes * gpus_per_node, seed, fractional)
     free = {f"node-{i:05d}": set(range(gpus_per_node)) for i in range(nodes)}
+    shared: dict[str, dict[int, int]] = {node_id: {} for node_id in free}  # GPU -> thousandths held
     pending = list(workload.jobs)  # submission order
     order = {job.job_id: n for n, job in enumerate(workload.jobs)}
     by_id = {job.job_id: job for job in workload.jobs}
@@ -116,17 +147,23 @@ def run(
         while ends and ends[0][0] <= now:
             _, job_id = heapq.heappop(ends)
             if job_id in running:
-                for node_id, gpus in running.pop(job_id).slices:
-                    free[node_id].update(gpus)
+                _release(running.pop(job_id), free, shared)
         began = clock()
         # As the live cycle builds them from its rows: a fresh record per placed job.
         snapshot_running = [
             RunningJob(r.job_id, r.vc, r.user, r.priority, r.gpu_type, r.slices, r.borrowed,
-                       now - started_at[r.job_id], r.max_runtime_s, preempting=False)
+                       now - started_at[r.job_id], r.max_runtime_s, preempting=False, shares=r.shares)
             for r in running.values()
         ]  # fmt: skip
         snapshot = [
-            NodeCapacity(node_id, sorted(gpus), total_gpus=gpus_per_node, gpu_type="H100")
+            NodeCapacity(
+                node_id,
+                sorted(gpus),
+                total_gpus=gpus_per_node,
+                gpu_type="H100",
+                sharing=fractional > 0,
+                shares=dict(shared[node_id]),
+            )
             for node_id, gpus in free.items()
         ]
         result = plan(
@@ -141,11 +178,14 @@ def run(
         for decision in result.decisions:
             job = decision.job
             slices = tuple((p.node_id, p.gpu_indices) for p in decision.placements)
-            for node_id, gpus in slices:
+            shares = tuple(p.gpu_milli for p in decision.placements) if job.shares else ()
+            for (node_id, gpus), milli in zip(slices, shares or (0,) * len(slices), strict=True):
                 free[node_id].difference_update(gpus)
+                if milli:
+                    shared[node_id][gpus[0]] = shared[node_id].get(gpus[0], 0) + milli
             running[job.job_id] = RunningJob(
                 job.job_id, job.vc, job.user, job.priority, "H100", slices, decision.borrowed,
-                max_runtime_s=job.max_runtime_s,
+                max_runtime_s=job.max_runtime_s, shares=shares,
             )  # fmt: skip
             started_at[job.job_id] = now
             heapq.heappush(ends, (now + workload.duration_s[job.job_id], job.job_id))
@@ -157,8 +197,7 @@ def run(
             if victim is None:
                 continue
             preemptions += 1
-            for node_id, gpus in victim.slices:
-                free[node_id].update(gpus)
+            _release(victim, free, shared)
             returned.append(by_id[victim.job_id])
         pending = [job for job in pending if job.job_id not in placed]
         if returned:
@@ -169,6 +208,7 @@ def run(
         "nodes": nodes,
         "gpus_per_node": gpus_per_node,
         "jobs": jobs,
+        "fractional": fractional,
         "cycles": len(cycle_s),
         "placements": placements,
         "preemptions": preemptions,
@@ -190,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--fractional", type=float, default=0.0, help="share of jobs asking for a fraction of one GPU (0-1)"
+    )
+    parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall", help="time cycles in wall or in CPU time"
     )
     args = parser.parse_args(argv)
@@ -197,7 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--nodes and --jobs must be at least 1, --gpus-per-node at least 8 (gangs of 8)")
     tune_garbage_collector()  # as the scheduler process runs
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    result = run(args.nodes, args.gpus_per_node, args.jobs, args.seed, clock=clock)
+    if not 0 <= args.fractional <= 1:
+        parser.error("--fractional is a share of the jobs, from 0 to 1")
+    result = run(
+        args.nodes, args.gpus_per_node, args.jobs, args.seed, clock=clock, fractional=args.fractional
+    )
     print(json.dumps({**result, "clock": args.clock}))
     return 0
 

@@ -12,6 +12,7 @@ a single indexed read and lets every transition be a compare-and-set on ``versio
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -89,7 +90,25 @@ class Resources(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    gpus: Integer = Field(default=0, ge=0, le=MAX_GPUS_PER_INSTANCE, description="GPUs per instance")
+    gpus: Integer | float = Field(
+        default=0,
+        ge=0,
+        le=MAX_GPUS_PER_INSTANCE,
+        description=(
+            "GPUs per instance: whole GPUs, or a fraction of one GPU (e.g. 0.5, to the nearest "
+            "0.001), placed on a node pool that shares its GPUs"
+        ),
+    )
+    gpu_memory_mb: Integer | None = Field(
+        default=None,
+        gt=0,
+        le=16 * 1024 * 1024,
+        description=(
+            "with a fraction of a GPU: the GPU memory the instance may use (MiB), enforced where the "
+            "node pool's sharing mode can (hami) and checked by the node agent everywhere; "
+            "default: its fraction of the GPU's memory"
+        ),
+    )
     cpus: float = Field(default=1.0, gt=0, le=1024, description="CPU cores per instance")
     memory_mb: Integer = Field(default=1024, gt=0, le=16 * 1024 * 1024, description="Memory per instance")
     gpu_type: str | None = Field(
@@ -107,6 +126,38 @@ class Resources(BaseModel):
             "another node (shares the node's cores when none are free)"
         ),
     )
+
+    @field_validator("gpus")
+    @classmethod
+    def _whole_or_a_fraction(cls, gpus: int | float) -> int | float:
+        if isinstance(gpus, int) or gpus.is_integer():
+            return int(gpus)
+        milli = gpus * 1000
+        if gpus > 1 or abs(milli - round(milli)) > 1e-6 or round(milli) < 1:
+            raise ValueError(
+                f"a task asks for whole GPUs or a fraction of one (0.001 to 0.999), not {gpus}; "
+                "a task that needs more than one GPU asks for whole GPUs"
+            )
+        return gpus
+
+    @model_validator(mode="after")
+    def _gpu_memory_with_a_fraction(self) -> Resources:
+        if self.gpu_memory_mb is not None and not self.gpu_milli:
+            raise ValueError(
+                "gpu_memory_mb is for a fraction of a GPU (gpus below 1); a task with whole GPUs has "
+                "all their memory"
+            )
+        return self
+
+    @property
+    def gpu_devices(self) -> int:
+        """The GPUs the task sees: its whole GPUs, or the one it holds a share of."""
+        return self.gpus if isinstance(self.gpus, int) else 1
+
+    @property
+    def gpu_milli(self) -> int:
+        """The share of one GPU in thousandths when the task asks for a fraction; 0 for whole GPUs."""
+        return 0 if isinstance(self.gpus, int) else round(self.gpus * 1000)
 
 
 Classification = Literal["transient", "permanent", "unknown"]
@@ -409,4 +460,11 @@ class JobSpec(BaseModel):
 
     @property
     def total_gpus(self) -> int:
+        """Whole GPUs and fractions together, a started GPU counted whole (what tables and
+        alerts show); the scheduler counts fractions exactly (``gpu_share_total``)."""
+        return math.ceil(self.gpu_share_total - 1e-9)
+
+    @property
+    def gpu_share_total(self) -> float:
+        """GPUs asked for, fractions counted as fractions."""
         return sum(task.instances * task.resources.gpus for task in self.tasks)

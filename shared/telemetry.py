@@ -180,7 +180,7 @@ def consume_span(
 
 @contextmanager
 def continue_trace(
-    traceparent: str | None, name: str, attributes: Mapping[str, str | int] | None = None
+    traceparent: str | None, name: str, attributes: Mapping[str, str | int | float] | None = None
 ) -> Iterator[None]:
     """An INTERNAL span continuing a stored ``traceparent`` (a new trace when there is
     none); when nothing would record it, only the stored context (``_unrecorded``)."""

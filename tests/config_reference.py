@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import annotated_types
+from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
@@ -49,6 +50,13 @@ def settings_groups() -> list[type[BaseSettings]]:
 
 
 def variable(group: type[BaseSettings], field: str) -> str:
+    """The variable a field is read from: its alias when it has one (a name of its own,
+    outside the group's prefix), else the group's prefix and its name."""
+    alias = group.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    if isinstance(alias, str):
+        return alias
     return f"{group.model_config.get('env_prefix', '')}{field}".upper()
 
 

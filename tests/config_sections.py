@@ -16,6 +16,7 @@ from services.launcher.settings import AgentSettings, LauncherSettings
 from services.monitor.settings import ExporterSettings, MonitorSettings
 from services.scheduler.settings import SchedulerSettings
 from shared.artifacts.settings import ArtifactSettings
+from shared.gpu_sharing import GpuSharingSettings
 from shared.settings import DatabaseSettings, HealthSettings, HomeSettings, NatsSettings, TelemetrySettings
 
 
@@ -61,6 +62,12 @@ SECTIONS: tuple[Section, ...] = (
         "Node agent",
         "`python -m services.launcher.agent` (`corral agent`), one per GPU machine.",
         (AgentSettings,),
+    ),
+    Section(
+        "GPU sharing",
+        "Read on each GPU machine by its exporter and its node agent alike, so that the two agree "
+        "(docs/gpu-sharing.md). `make up` passes `CORRAL_GPU_SHARING` to every simulated node.",
+        (GpuSharingSettings,),
     ),
     Section("Monitor", "`python -m services.monitor` (`corral monitor`).", (MonitorSettings,)),
     Section(
@@ -215,6 +222,18 @@ SECTIONS: tuple[Section, ...] = (
                 "CORRAL_CPUS",
                 "",
                 "The CPUs a sandboxed task is pinned to (a cpuset list such as `0-3`).",
+            ),
+            Variable(
+                "CORRAL_GPU_SHARE",
+                "",
+                "A task holding a share of a GPU: the share (`0.5`); also `CORRAL_GPU_SHARING`, the "
+                "node's mode, and the mode's own variables (docs/gpu-sharing.md).",
+            ),
+            Variable(
+                "CORRAL_GPU_MEMORY_MB",
+                "",
+                "A task holding a share of a GPU: the GPU memory it may use, MiB (its "
+                "`gpu_memory_mb`, else its share of the GPU's).",
             ),
             Variable(
                 "CORRAL_PORT_<LABEL>",

@@ -67,7 +67,7 @@ def explain(job: Job, now: datetime | None = None) -> str:
 
 def job_rows(jobs: list[Job]) -> list[list[str]]:
     return [
-        [j.id, j.name, j.user, j.virtual_cluster, j.state, str(j.gpus), when(j.created_at), j.reason]
+        [j.id, j.name, j.user, j.virtual_cluster, j.state, f"{j.gpus:g}", when(j.created_at), j.reason]
         for j in jobs
     ]
 
@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
         echo(explain(job))
         echo(
             f"  user {job.user}, virtual cluster {job.virtual_cluster}, priority {job.priority},"
-            f" {job.gpus} GPU{'' if job.gpus == 1 else 's'}"
+            f" {job.gpus:g} GPU{'' if job.gpus == 1 else 's'}"
         )
         echo(
             f"  submitted {when(job.created_at)} UTC"

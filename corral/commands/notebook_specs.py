@@ -85,7 +85,7 @@ def notebook_command(idle_timeout_s: int) -> str:
 
 
 def notebook_spec(
-    *, gpus: int, virtual_cluster: str | None, idle_timeout_s: int, token: str, memory_mb: int | None
+    *, gpus: float, virtual_cluster: str | None, idle_timeout_s: int, token: str, memory_mb: int | None
 ) -> dict[str, Any]:
     resources: dict[str, Any] = {"gpus": gpus}
     if memory_mb is not None:

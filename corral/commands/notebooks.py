@@ -134,7 +134,12 @@ def register(app: typer.Typer) -> None:
     @notebook.command("start")
     def start(
         ctx: typer.Context,
-        gpus: Annotated[int, typer.Option("--gpus", min=0, help="GPUs for the notebook's kernels")] = 0,
+        gpus: Annotated[
+            float,
+            typer.Option(
+                "--gpus", min=0, help="GPUs for the notebook's kernels: whole ones, or a share of one (0.5)"
+            ),
+        ] = 0,
         vc: Annotated[str | None, typer.Option("--vc", help="virtual cluster (default: default)")] = None,
         idle_timeout: Annotated[
             int,
@@ -150,7 +155,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start JupyterLab as a job and print its URL."""
         spec = notebook_spec(
-            gpus=gpus, virtual_cluster=vc, idle_timeout_s=idle_timeout, token=new_token(), memory_mb=memory_mb
+            gpus=int(gpus) if gpus.is_integer() else gpus,
+            virtual_cluster=vc,
+            idle_timeout_s=idle_timeout,
+            token=new_token(),
+            memory_mb=memory_mb,
         )
         with client(ctx) as api:
             job = api.submit(spec)
@@ -165,7 +174,7 @@ def register(app: typer.Typer) -> None:
                 echo_json(jobs)
                 return
             rows = [
-                [j.id, j.name, j.state, str(j.gpus), when(j.created_at), app_url(api.url, j)] for j in jobs
+                [j.id, j.name, j.state, f"{j.gpus:g}", when(j.created_at), app_url(api.url, j)] for j in jobs
             ]
         echo_table(["JOB", "APP", "STATE", "GPUS", "SUBMITTED (UTC)", "URL"], rows)
 

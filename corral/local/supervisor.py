@@ -180,6 +180,11 @@ class Supervisor:
             "CORRAL_EXPORTER_FAULTS_FILE": str(
                 self.config.home / (f"gpu-faults-{node_id}.yaml" if several else "gpu-faults.yaml")
             ),
+            # Simulated GPUs' processes, as the agent's check of GPU sharers reads them
+            # (where NVML is missing): write it to make a sharer use more than its share.
+            "CORRAL_GPU_SHARING_PROCESSES_FILE": str(
+                self.config.home / (f"gpu-processes-{node_id}.json" if several else "gpu-processes.json")
+            ),
             # Where alerts are sent (receivers and routes); re-read when it changes.
             "CORRAL_ALERTER_ROUTING_FILE": str(self.config.home / "routing.yaml"),
             "CORRAL_ALERTER_RULES_FILE": str(self.config.home / "alert-rules.yaml"),

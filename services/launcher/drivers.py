@@ -30,13 +30,15 @@ class TaskLaunch:
     command: str
     env: dict[str, str]
     gpu_indices: tuple[int, ...]
-    gpus: int
+    gpus: int  # the GPU devices it sees (one for a share of a GPU)
     cpus: float
     memory_mb: int
     image: str | None = None
     ports: dict[str, list[int]] = field(default_factory=dict)
     max_runtime_s: int | None = None
     service: ServiceSpec | None = None  # a replica of a service: its probes
+    gpu_milli: int = 0  # a share of its one GPU, in thousandths (0: whole GPUs)
+    gpu_memory_mb: int | None = None  # the share's GPU memory, when the spec says it
 
 
 @dataclass(frozen=True)

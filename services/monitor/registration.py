@@ -1,5 +1,5 @@
 """Which nodes are announced: a node new to the cluster, back from silence, or whose
-GPUs, rack, CPUs or memory changed is a new registration (``corral.node.registered``),
+GPUs, rack, CPUs, memory or GPU sharing changed is a new registration (``corral.node.registered``),
 written with its inventory in the flush's transaction (``ingest.py`` batches them).
 """
 
@@ -21,16 +21,16 @@ _INVENTORY = operator.attrgetter("index", "uuid", "model", "memory_total_mb", "n
 
 
 def inventory(data: NodeTelemetryData) -> Inventory:
-    """What a node is made of: its rack, CPUs and memory, and each GPU's (index, uuid,
+    """What a node is made of: its rack, CPUs, memory and GPU sharing, and each GPU's (index, uuid,
     model, memory, NVLink domain). A change is a new registration. The ingest compares it
     for every heartbeat, hence ``attrgetter`` (half the cost of a generator expression)."""
-    return data.rack, data.cpus, data.memory_mb, tuple(map(_INVENTORY, data.gpus))
+    return data.rack, data.cpus, data.memory_mb, data.gpu_sharing, tuple(map(_INVENTORY, data.gpus))
 
 
 def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
     gpus = [
         GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t, nvlink_domain=d)
-        for i, u, m, t, d in inventory(data)[3]
+        for i, u, m, t, d in inventory(data)[4]
     ]
     return NodeRegistered(
         source=SOURCE,
@@ -43,6 +43,7 @@ def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
             rack=data.rack,
             cpus=data.cpus,
             memory_mb=data.memory_mb,
+            gpu_sharing=data.gpu_sharing,
         ),
     )
 

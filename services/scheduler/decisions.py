@@ -48,6 +48,7 @@ async def commit_decisions(conn: Connection, decisions: list[Decision]) -> int:
                 p.gpu_indices,
                 decision.borrowed,
                 decision.promoted,
+                p.gpu_milli,
             )
             for p in decision.placements
         )
@@ -81,6 +82,7 @@ def _scheduled_event(decision: Decision, generation: int) -> JobScheduled:
                     task_index=p.index,
                     node_id=p.node_id,
                     gpu_indices=list(p.gpu_indices),
+                    gpu_milli=p.gpu_milli,
                 )
                 for p in decision.placements
             ],
@@ -88,7 +90,7 @@ def _scheduled_event(decision: Decision, generation: int) -> JobScheduled:
     )
 
 
-def _span_attributes(decision: Decision, generation: int) -> dict[str, str | int]:
+def _span_attributes(decision: Decision, generation: int) -> dict[str, str | int | float]:
     return {
         "corral.job.id": decision.job.job_id,
         "corral.job.generation": generation,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from services.scheduler.cycle import MAX_PENDING_PER_CYCLE
-from services.scheduler.model import PendingJob, TaskDemand
+from services.scheduler.model import PendingJob, task_demand
 from services.scheduler.planner import PlanSettings, plan
 from services.scheduler.snapshot import load_snapshot
 from shared.db.pool import DATABASE_ERRORS, Database
@@ -42,7 +42,7 @@ async def answer_dry_run(db: Database, policy: Callable[[], PlanSettings], paylo
         CANDIDATE,
         0,
         priority=spec.priority,
-        tasks=tuple(TaskDemand(t.name, t.instances, t.resources.gpus) for t in spec.tasks),
+        tasks=tuple(task_demand(t.name, t.instances, t.resources.gpus) for t in spec.tasks),
         vc=spec.virtual_cluster,
         user=request.user,
         gpu_type=spec.gpu_type,

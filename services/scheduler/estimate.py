@@ -27,12 +27,12 @@ NO_ESTIMATE = frozenset({"GangDoesNotFit", "NodesUnhealthy", "UserLimit", "Waiti
 
 @dataclass
 class _Pool:
-    free: int
-    releases: list[tuple[float, int]] = field(default_factory=list)  # (seconds from now, GPUs)
+    free: float
+    releases: list[tuple[float, float]] = field(default_factory=list)  # (seconds from now, GPUs)
     now_s: float = 0.0
     unknown: bool = False  # an earlier job's turn could not be estimated
 
-    def start_of(self, need: int) -> float | None:
+    def start_of(self, need: float) -> float | None:
         if self.unknown:
             return None
         while self.free < need and self.releases:

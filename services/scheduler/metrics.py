@@ -39,11 +39,13 @@ def record_cycle(pending: Iterable[PendingJob], result: Plan, running: Iterable[
     snapshot's, from before them)."""
     vc_of = {job.job_id: job.vc for job in pending}
     queues = Tally((vc_of.get(w.job_id, "?"), w.reason) for w in result.waiting)
-    held = Tally[tuple[str, str]]()
+    held: dict[tuple[str, str], float] = {}
     for job in running:
-        held[(job.vc, _flag(job.borrowed))] += sum(len(gpus) for _, gpus in job.slices)
+        key = (job.vc, _flag(job.borrowed))
+        held[key] = held.get(key, 0.0) + job.gpus
     for decision in result.decisions:
-        held[(decision.job.vc, _flag(decision.borrowed))] += decision.job.gpus
+        key = (decision.job.vc, _flag(decision.borrowed))
+        held[key] = held.get(key, 0.0) + decision.job.gpus
     # Cleared and refilled with no await between: a scrape never sees half of it, and a VC
     # whose queue emptied drops out instead of showing its last length forever.
     QUEUE_LENGTH.clear()

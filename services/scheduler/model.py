@@ -43,9 +43,19 @@ ANY_TYPE = "*"  # the pool of a job that names no GPU type, in per-type tallies
 class TaskDemand:
     role: str
     instances: int
-    gpus: int
+    gpus: int  # whole GPUs per instance
     cpus: float = 0.0  # per instance; placed only where this much is free (0: none asked)
     memory_mb: int = 0
+    # A share of one GPU per instance, in thousandths (1-999; then ``gpus`` is 0): placed on
+    # a GPU of a node that shares its GPUs (placement.py), never across GPUs.
+    gpu_milli: int = 0
+
+
+def task_demand(role: str, instances: int, gpus: float, cpus: float = 0.0, memory_mb: int = 0) -> TaskDemand:
+    """A role's demand from its spec's ``resources.gpus``: whole GPUs, or a share of one."""
+    if 0 < gpus < 1:
+        return TaskDemand(role, instances, 0, cpus, memory_mb, round(gpus * 1000))
+    return TaskDemand(role, instances, int(gpus), cpus, memory_mb)
 
 
 @dataclass(frozen=True)
@@ -67,18 +77,25 @@ class PendingJob:
     # so that no owner's reclaim ever has to stop it (victims.py, planner.py).
     service: bool = False
     # Derived once: the planner reads them a few hundred thousand times a cycle, and a
-    # cached_property (a lock and a dict lookup per read) cost seconds there.
-    gpus: int = field(init=False, repr=False, compare=False)
+    # cached_property (a lock and a dict lookup per read) cost seconds there. ``gpus``
+    # counts shares as fractions (quotas and fair share count what a job holds);
+    # ``shares``: some instance asks for a share of a GPU rather than whole ones.
+    gpus: float = field(init=False, repr=False, compare=False)
     widest: int = field(init=False, repr=False, compare=False)
+    shares: bool = field(init=False, repr=False, compare=False)
     # What it asks for, as the planner groups jobs that fare alike, as one string: the
     # planner looks it up twice per waiting job per cycle, and a string's hash is worked
     # out once and kept, where a tuple's (or a frozen dataclass's) is recomputed each time.
     asks: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", sum(t.instances * t.gpus for t in self.tasks))
+        shares = any(t.gpu_milli for t in self.tasks)
+        whole = sum(t.instances * t.gpus for t in self.tasks)
+        gpus = whole + sum(t.instances * t.gpu_milli for t in self.tasks) / 1000 if shares else whole
+        object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "widest", max((t.gpus for t in self.tasks), default=0))
-        tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb) for t in self.tasks)
+        object.__setattr__(self, "shares", shares)
+        tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb, t.gpu_milli) for t in self.tasks)
         asks = (self.vc, tasks, self.gpu_type, self.topology, self.priority)
         object.__setattr__(self, "asks", repr((*asks, True) if self.service else asks))
 
@@ -118,12 +135,23 @@ class RunningJob:
     waited_s: float = 0.0  # how long it was pending before this run, all its waits together
     promoted: bool = False  # placed by the starvation guard: never preempted for service
     service: bool = False  # a service replica: never a batch job's victim (victims.py)
-    gpus: int = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
+    # Per slice, the share of its one GPU in thousandths (0: whole GPUs); empty when every
+    # slice holds whole GPUs, as nearly all do.
+    shares: tuple[int, ...] = ()
+    gpus: float = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
 
     def __post_init__(self) -> None:
         slices = self.slices
+        if self.shares:
+            self.gpus = sum(
+                share / 1000 if share else len(gpus)
+                for (_, gpus), share in zip(slices, self.shares, strict=True)
+            )
         # Most jobs hold one slice; thousands are built per cycle.
-        self.gpus = len(slices[0][1]) if len(slices) == 1 else sum([len(gpus) for _, gpus in slices])
+        elif len(slices) == 1:
+            self.gpus = len(slices[0][1])
+        else:
+            self.gpus = sum([len(gpus) for _, gpus in slices])
 
 
 @dataclass(frozen=True)
@@ -148,6 +176,11 @@ class NodeCapacity:
     free_memory_mb: int | None = None
     # GPU index -> NVLink domain; a GPU missing here is in domain 0 (empty: one domain).
     domains: dict[int, int] = field(default_factory=dict)
+    # Whether its GPUs may be shared (its pool's sharing mode is not ``none``), and, per GPU
+    # that holds shares, the thousandths already taken. A GPU with shares is not free: whole-
+    # GPU jobs never land on it.
+    sharing: bool = False
+    shares: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.total_gpus < 0:
@@ -160,6 +193,7 @@ class InstancePlacement:
     index: int
     node_id: str
     gpu_indices: tuple[int, ...]
+    gpu_milli: int = 0  # a share of its one GPU, in thousandths (0: whole GPUs)
 
 
 @dataclass
@@ -238,7 +272,7 @@ class PlanSettings:
     starve_max_share: float = 0.25
     starve_budget_share: float = 0.5
 
-    def promotable(self, waited_s: float, gpus: int, cluster_gpus: int) -> bool:
+    def promotable(self, waited_s: float, gpus: float, cluster_gpus: int) -> bool:
         return waited_s >= self.starve_after_s and gpus <= self.starve_max_share * cluster_gpus
 
     def service_level(self, attained_gpu_s: float) -> int:

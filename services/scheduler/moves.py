@@ -37,13 +37,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from services.scheduler.model import PendingJob, PlanSettings, RunningJob
-from services.scheduler.placement import NodeIndex
+from services.scheduler.node_index import NodeIndex
 
 
 def could_make_room(job: PendingJob, gpu_type: str, index: NodeIndex) -> bool:
     """Whether a move could help at all: the job fits on one node of the type, and the
     type's free GPUs could hold it."""
-    return 0 < job.gpus <= index.largest(gpu_type) and index.free(gpu_type) >= job.gpus
+    # Shares never move others: they open a fresh GPU or wait for room on a shared one.
+    return not job.shares and 0 < job.gpus <= index.largest(gpu_type) and index.free(gpu_type) >= job.gpus
 
 
 def choose_movers(
@@ -63,7 +64,7 @@ def choose_movers(
     free_counts = [0] * (index.largest(gpu_type) + 1)
     for _, free in holes:
         free_counts[free] += 1
-    best: tuple[int, int, list[RunningJob]] | None = None
+    best: tuple[float, int, list[RunningJob]] | None = None
     for node_id, free in holes:
         need = job.gpus - free
         if best is not None and need > best[0]:
@@ -74,7 +75,7 @@ def choose_movers(
         if movers is None:
             continue
         free_counts[free] -= 1  # the other nodes' holes
-        fits = _fit_elsewhere((m.gpus for m in movers), free_counts)
+        fits = _fit_elsewhere((int(m.gpus) for m in movers), free_counts)  # whole GPUs: no shares move
         free_counts[free] += 1
         moved = sum(m.gpus for m in movers)
         if fits and (best is None or (moved, len(movers)) < best[:2]):
@@ -83,7 +84,7 @@ def choose_movers(
 
 
 def _movers(
-    job: PendingJob, running: Sequence[RunningJob], need: int, claimed: set[str], min_runtime_s: float
+    job: PendingJob, running: Sequence[RunningJob], need: float, claimed: set[str], min_runtime_s: float
 ) -> list[RunningJob] | None:
     """Movable jobs on one node that free at least ``need`` GPUs: the smallest first, then
     the least served (ordering by run time since their start instead, the least progress
@@ -100,7 +101,8 @@ def _movers(
         ),
         key=lambda r: (r.gpus, r.attained_gpu_s, r.job_id),
     )
-    chosen, freed = [], 0
+    chosen: list[RunningJob] = []
+    freed = 0.0
     for r in movable:
         if freed >= need:
             break

@@ -85,8 +85,9 @@ from services.scheduler.model import (
     VirtualCluster,
     Waiting,
 )
-from services.scheduler.placement import NodeIndex, place_gang
-from services.scheduler.reasons import why_waiting
+from services.scheduler.node_index import NodeIndex
+from services.scheduler.placement import place_gang
+from services.scheduler.reasons import no_shared_pool, share_shortage, why_waiting
 from services.scheduler.reservation import Reservation, find_reservation
 from services.scheduler.tally import Tally
 from services.scheduler.victims import Candidate, VictimFinder
@@ -133,7 +134,10 @@ class _Planner:
         self.result = Plan()
         self.tally = Tally.of(running)
         self.cluster_gpus = sum(node.total_gpus for node in nodes if node.total_gpus > 0)
-        self.victims = VictimFinder(self.index, running, settings, self.cluster_gpus)
+        # Jobs holding shares of GPUs are never victims (nor counted on in reservations): a
+        # what-if would give back a share, and no whole-GPU job can use a share.
+        whole = [r for r in running if not r.shares]
+        self.victims = VictimFinder(self.index, whole, settings, self.cluster_gpus)
         # Gang shapes that found no place and no victims this cycle: the same shape cannot
         # fare better later in the cycle (GPUs are only taken, searches only used up),
         # so the next job of that shape goes straight to its reason.
@@ -147,12 +151,12 @@ class _Planner:
         self.version = 0
         self._explained: dict[tuple[object, ...], tuple[PendingReason, str]] = {}
         self._explained_at = 0  # the version the memo holds answers for
-        self._guaranteed: dict[tuple[str, str | None, int], list[str]] = {}  # as _explained
+        self._guaranteed: dict[tuple[str, str | None, float], list[str]] = {}  # as _explained
         self._guaranteed_at = 0
         self._levels = service_levels(pending, running, settings, self.cluster_gpus)  # see level_of
         # By GPU type: the fewest GPUs a job left waiting for that type's capacity asks.
         # A job behind it asking as many or more waits for Priority (reasons.py).
-        self._queued_need: dict[str, int] = {}
+        self._queued_need: dict[str, float] = {}
 
     # --- quota ------------------------------------------------------------------------
 
@@ -160,7 +164,7 @@ class _Planner:
         cluster = self.vcs.get(vc)
         return cluster.quota.get(gpu_type, 0) if cluster else 0
 
-    def headroom(self, job: PendingJob, gpu_type: str) -> int:
+    def headroom(self, job: PendingJob, gpu_type: str) -> float:
         return self.quota(job.vc, gpu_type) - self.tally.guaranteed.get((job.vc, gpu_type), 0)
 
     def candidate_types(self, job: PendingJob) -> list[str]:
@@ -192,14 +196,14 @@ class _Planner:
     # --- the cycle --------------------------------------------------------------------
 
     def ordered(self) -> list[PendingJob]:
-        within_quota: dict[tuple[str, str | None, int], bool] = {}  # by what decides it
+        within_quota: dict[tuple[str, str | None, float], bool] = {}  # by what decides it
 
         level = self._levels
         per_user, borrowed = self.tally.per_user, self.tally.borrowed
 
         # No submission-order term: ``pending`` comes in submission order and the sort is
         # stable, so jobs alike in every term below keep that order.
-        def key(job: PendingJob) -> tuple[int, int, int, int, int]:
+        def key(job: PendingJob) -> tuple[int, float, int, int, float]:
             kind = (job.vc, job.gpu_type, job.gpus)
             fits = within_quota.get(kind)
             if fits is None:
@@ -407,6 +411,8 @@ class _Planner:
                     f"no ready node has GPUs{kind}; some nodes are drained or unreachable",
                 )
             return "GangDoesNotFit", f"no ready node has GPUs{kind}"
+        if job.shares:
+            return self._explain_share(job, guaranteed, types)
         gpu_type = guaranteed[0] if guaranteed else max(types, key=lambda t: self.index.free(t))
         reason, detail = why_waiting(
             job,
@@ -419,13 +425,7 @@ class _Planner:
         if reason in ("GangDoesNotFit", "NodesUnhealthy"):
             return reason, detail
         if not guaranteed and (job.service or self.has_quota(job)):
-            used = self.tally.guaranteed.get((job.vc, gpu_type), 0)
-            borrowing = f"no idle GPUs can be borrowed ({detail})"
-            why = "a service replica never borrows" if job.service else borrowing
-            return "WaitingForQuota", (
-                f"virtual cluster {job.vc} uses {used} of its {self.quota(job.vc, gpu_type)} guaranteed"
-                f" {gpu_type or 'GPUs'}; this job needs {job.gpus} and {why}"
-            )
+            return self._over_quota(job, gpu_type, detail)
         self._queue_for(gpu_type, job.gpus)
         if self.reservation is None:
             if job.waited_s >= self.settings.reserve_after_s:
@@ -436,7 +436,31 @@ class _Planner:
             )
         return reason, detail
 
-    def _queue_for(self, gpu_type: str, gpus: int) -> None:
+    def _explain_share(
+        self, job: PendingJob, guaranteed: list[str], types: list[str]
+    ) -> tuple[PendingReason, str]:
+        """Why a job asking for a share of a GPU waits: no pool shares its GPUs, its VC's
+        quota, or no shared GPU with room (shares take no reservation: any ending share
+        makes room for the next)."""
+        sharing = [t for t in types if self.index.shares_gpus(t)]
+        if not sharing:
+            return "InsufficientGPUs", no_shared_pool(job)
+        gpu_type = guaranteed[0] if guaranteed and guaranteed[0] in sharing else sharing[0]
+        detail = share_shortage(job)
+        if not guaranteed and (job.service or self.has_quota(job)):
+            return self._over_quota(job, gpu_type, detail)
+        return "InsufficientGPUs", detail
+
+    def _over_quota(self, job: PendingJob, gpu_type: str, detail: str) -> tuple[PendingReason, str]:
+        used = self.tally.guaranteed.get((job.vc, gpu_type), 0)
+        borrowing = f"no idle GPUs can be borrowed ({detail})"
+        why = "a service replica never borrows" if job.service else borrowing
+        return "WaitingForQuota", (
+            f"virtual cluster {job.vc} uses {used:g} of its {self.quota(job.vc, gpu_type)} guaranteed"
+            f" {gpu_type or 'GPUs'}; this job needs {job.gpus:g} and {why}"
+        )
+
+    def _queue_for(self, gpu_type: str, gpus: float) -> None:
         """A job now waits for GPUs of the type: jobs behind it that ask as many wait for
         Priority. Explanations read this, so a change bumps ``version``."""
         if gpus < self._queued_need.get(gpu_type, math.inf):

@@ -47,3 +47,27 @@ def why_waiting(
         f"needs {need} GPUs as {shape} and {free_now} are free, but spread so that the gang does not"
         f" fit (a task needs {widest} on one node)"
     )
+
+
+def _share_of(job: PendingJob) -> str:
+    shares = sorted({t.gpu_milli for t in job.tasks if t.gpu_milli})
+    return " and ".join(f"{milli / 1000:g}" for milli in shares)
+
+
+def no_shared_pool(job: PendingJob) -> str:
+    """Why a job asking for a share waits where no ready node shares its GPUs."""
+    kind = f" {job.gpu_type}" if job.gpu_type else ""
+    return (
+        f"asks for {_share_of(job)} of a{kind} GPU, but no ready node pool shares its GPUs in"
+        " fractions; a fraction runs only on a pool whose sharing is timeslice, mps or hami (a mig"
+        " pool offers its MIG devices as GPU types of their own). Ask for a whole GPU, or for such a"
+        " pool"
+    )
+
+
+def share_shortage(job: PendingJob) -> str:
+    """Why a job asking for a share waits where pools share, but none has room."""
+    return (
+        f"asks for {_share_of(job)} of a GPU; no shared GPU has that much room left and no sharing"
+        " node has a free GPU to share"
+    )

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, cast
 
 import asyncpg
 
-from services.scheduler.model import PendingJob, TaskDemand, Topology, VirtualCluster, Waiting
+from services.scheduler.model import PendingJob, Topology, VirtualCluster, Waiting, task_demand
 from shared.db.pool import Connection
 from shared.db.queries import Queries
 from shared.outbox import OutboxRow
@@ -25,8 +25,8 @@ SQL = Queries(Path(__file__).parent / "sql")
 
 # One job placed, one placement: the columns of ``commit_placements``.
 PlacedJob = tuple[str, int, int]  # job, version read, new generation
-Allocation = tuple[str, int, str, int, str, Sequence[int], bool, bool]
-# (job, generation, role, index, node, GPU indices, borrowed, promoted)
+Allocation = tuple[str, int, str, int, str, Sequence[int], bool, bool, int]
+# (job, generation, role, index, node, GPU indices, borrowed, promoted, share in thousandths)
 
 
 class Eviction(NamedTuple):
@@ -78,7 +78,7 @@ def _demands(row: asyncpg.Record) -> PendingJob:
         version=0,  # (a read sets it, with the job's waits and attained service)
         priority=row["priority"],
         tasks=tuple(
-            TaskDemand(name, int(instances), int(gpus), float(cpus), int(memory_mb))
+            task_demand(name, int(instances), float(gpus), float(cpus), int(memory_mb))
             for name, instances, gpus, cpus, memory_mb in row["tasks"]
         ),
         vc=row["virtual_cluster"],
@@ -162,7 +162,7 @@ async def commit_placements(
     ``notified`` NOTIFY the relays on ``channel``. Returns the jobs placed (one that
     changed since the read is skipped, with its allocations and event)."""
     rows = [(*row[:5], json.dumps(row[5])) for row in events]
-    allocation_rows = [(*a[:5], _int_array(a[5]), *a[6:]) for a in allocations]
+    allocation_rows = [(*a[:5], _int_array(a[5]), *a[6:8]) for a in allocations]
     scheduled = await conn.fetch(
         SQL.commit_placements,
         *_columns(jobs, 3),
@@ -170,6 +170,7 @@ async def commit_placements(
         *_columns(rows, 6),
         notified,
         channel,
+        [a[8] for a in allocations],
     )
     return {row["id"] for row in scheduled}
 

@@ -16,7 +16,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from services.scheduler.model import PendingJob, RunningJob
-from services.scheduler.placement import NodeIndex, place_gang, unplace
+from services.scheduler.node_index import NodeIndex
+from services.scheduler.placement import place_gang, unplace
 
 
 @dataclass

@@ -12,6 +12,7 @@ import asyncpg
 from services.scheduler import repository
 from services.scheduler.model import NodeCapacity, PendingJob, RunningJob, VirtualCluster
 from shared.db.pool import Connection
+from shared.gpu_sharing import FRACTION_MODES
 from shared.gpu_types import gpu_type_of
 
 
@@ -69,11 +70,16 @@ async def load_snapshot(
         await repository.release_finished_allocations(conn)
     allocations = await repository.live_allocations(conn)
     used: dict[str, set[int]] = {}
+    shared: dict[str, dict[int, int]] = {}  # node -> GPU -> thousandths held in shares
     cpus_used: dict[str, float] = {}
     memory_used: dict[str, int] = {}
     for row in allocations:
         node_id = row["node_id"]
         used.setdefault(node_id, set()).update(row["gpu_indices"])
+        if row["gpu_milli"]:
+            on_node = shared.setdefault(node_id, {})
+            gpu = row["gpu_indices"][0]
+            on_node[gpu] = on_node.get(gpu, 0) + row["gpu_milli"]
         cpus_used[node_id] = cpus_used.get(node_id, 0.0) + (row["cpus"] or 0.0)
         memory_used[node_id] = memory_used.get(node_id, 0) + (row["memory_mb"] or 0)
     nodes = {}
@@ -91,6 +97,9 @@ async def load_snapshot(
             # A node that reports no CPUs or memory (0) puts no limit on them.
             free_cpus=row["cpus"] - cpus_used.get(row["id"], 0.0) if row["cpus"] else None,
             free_memory_mb=row["memory_mb"] - memory_used.get(row["id"], 0) if row["memory_mb"] else None,
+            sharing=row["gpu_sharing"] in FRACTION_MODES,
+            # A share on a GPU the node no longer reports holds nothing to place around.
+            shares={gpu: milli for gpu, milli in shared.get(row["id"], {}).items() if gpu in indices},
         )
     running = await _running_jobs(conn, allocations, nodes)
     pending = await (known or PendingJobs()).read(conn, max_pending)
@@ -110,8 +119,10 @@ async def _running_jobs(
             types[node_id] = gpu_type_of(model)
     jobs: list[RunningJob] = []
     slices: list[tuple[str, tuple[int, ...]]] = []
+    shares: list[int] = []
     for n, row in enumerate(rows):
         slices.append((row["node_id"], tuple(row["gpu_indices"])))
+        shares.append(row["gpu_milli"])
         if n + 1 < len(rows) and rows[n + 1]["job_id"] == row["job_id"]:
             continue
         gpu_nodes = [node for node, gpus in slices if gpus]
@@ -123,6 +134,7 @@ async def _running_jobs(
                 priority=row["priority"],
                 gpu_type=types.get(gpu_nodes[0], "") if gpu_nodes else "",
                 slices=tuple(slices),
+                shares=tuple(shares) if any(shares) else (),
                 borrowed=row["borrowed"],
                 promoted=row["promoted"],
                 service=bool(row["service"]),
@@ -133,7 +145,7 @@ async def _running_jobs(
                 waited_s=_waited_before(row, sum(len(gpus) for _, gpus in slices)),
             )
         )
-        slices = []
+        slices, shares = [], []
     return jobs
 
 

@@ -1,5 +1,6 @@
 """What each VC and user holds during a cycle: guaranteed GPUs per (VC, type), GPUs per
-(VC, user), borrowed GPUs per VC. Starts from the running jobs; grows with each placement."""
+(VC, user), borrowed GPUs per VC, shares of GPUs counted as the fractions they are. Starts
+from the running jobs; grows with each placement."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from services.scheduler.model import RunningJob
 
 @dataclass
 class Tally:
-    guaranteed: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, type) -> GPUs
-    per_user: dict[tuple[str, str], int] = field(default_factory=dict)  # (vc, user) -> GPUs
-    borrowed: dict[str, int] = field(default_factory=dict)  # vc -> GPUs
+    guaranteed: dict[tuple[str, str], float] = field(default_factory=dict)  # (vc, type) -> GPUs
+    per_user: dict[tuple[str, str], float] = field(default_factory=dict)  # (vc, user) -> GPUs
+    borrowed: dict[str, float] = field(default_factory=dict)  # vc -> GPUs
 
-    def add(self, vc: str, user: str, gpu_type: str, gpus: int, borrowed: bool) -> None:
+    def add(self, vc: str, user: str, gpu_type: str, gpus: float, borrowed: bool) -> None:
         if borrowed:
             self.borrowed[vc] = self.borrowed.get(vc, 0) + gpus
         else:
@@ -25,9 +26,9 @@ class Tally:
     @classmethod
     def of(cls, running: Iterable[RunningJob]) -> Tally:
         """What the running jobs hold (``add`` for each, inlined: thousands every cycle)."""
-        guaranteed: dict[tuple[str, str], int] = {}
-        per_user: dict[tuple[str, str], int] = {}
-        borrowed: dict[str, int] = {}
+        guaranteed: dict[tuple[str, str], float] = {}
+        per_user: dict[tuple[str, str], float] = {}
+        borrowed: dict[str, float] = {}
         for job in running:
             vc, gpus = job.vc, job.gpus
             if job.borrowed:

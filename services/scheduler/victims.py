@@ -24,7 +24,8 @@ from typing import Literal
 
 from services.scheduler.model import PendingJob, PlanSettings, RunningJob
 from services.scheduler.moves import choose_movers, could_make_room
-from services.scheduler.placement import NodeIndex, place_gang, unplace
+from services.scheduler.node_index import NodeIndex
+from services.scheduler.placement import place_gang, unplace
 
 # reclaim: a guaranteed job takes back borrowed GPUs; own_vc: a job within its VC's quota
 # preempts lower-priority jobs of its VC; priority: lower-priority borrowed jobs anywhere;
@@ -201,7 +202,7 @@ class VictimFinder:
                 yield Candidate(running, free_already=False)
 
     def find(
-        self, job: PendingJob, gpu_type: str, rule: VictimRule, *, quota_gap: int = 0, level: int = 0
+        self, job: PendingJob, gpu_type: str, rule: VictimRule, *, quota_gap: float = 0, level: int = 0
     ) -> list[Candidate] | None:
         """The fewest cheapest candidates (by ``rule``) whose GPUs let ``job`` fit (and whose
         guaranteed GPUs in the job's VC free ``quota_gap`` of its quota); None if none.
@@ -221,7 +222,7 @@ class VictimFinder:
         gap = quota_gap
         chosen: list[Candidate] = []
         given: list[tuple[str, tuple[int, ...]]] = []
-        freed_quota = 0
+        freed_quota = 0.0
         placements = None
         for candidate in itertools.islice(
             self.candidates(job, gpu_type, rule, level), self.settings.max_victims_examined
@@ -247,7 +248,7 @@ class VictimFinder:
         # the placement's GPUs that are free now for the job.
         used = {(p.node_id, g) for p in placements for g in p.gpu_indices}
         needed: list[Candidate] = []
-        freed_quota = 0
+        freed_quota = 0.0
         for candidate in chosen:
             own = candidate.job.vc == job.vc and not candidate.job.borrowed
             touches = any((node, g) in used for node, gpus in candidate.job.slices for g in gpus)

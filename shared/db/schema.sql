@@ -863,6 +863,8 @@ CREATE TABLE monitor.nodes (
     rack text DEFAULT ''::text NOT NULL,
     cpus double precision DEFAULT 0 NOT NULL,
     memory_mb bigint DEFAULT 0 NOT NULL,
+    gpu_sharing text DEFAULT 'none'::text NOT NULL,
+    CONSTRAINT nodes_gpu_sharing_check CHECK ((gpu_sharing = ANY (ARRAY['none'::text, 'timeslice'::text, 'mps'::text, 'hami'::text, 'mig'::text]))),
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
 );
 CREATE VIEW monitor.gpu_status AS
@@ -943,7 +945,9 @@ CREATE TABLE scheduler.allocations (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     released_at timestamp with time zone,
     borrowed boolean DEFAULT false NOT NULL,
-    promoted boolean DEFAULT false NOT NULL
+    promoted boolean DEFAULT false NOT NULL,
+    gpu_milli integer DEFAULT 0 NOT NULL,
+    CONSTRAINT allocations_check CHECK (((gpu_milli >= 0) AND (gpu_milli < 1000) AND ((gpu_milli = 0) OR (cardinality(gpu_indices) = 1))))
 );
 CREATE TABLE scheduler.pending_status (
     job_id text NOT NULL,

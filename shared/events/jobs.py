@@ -33,6 +33,9 @@ class TaskPlacement(EventData):
     task_index: int
     node_id: str
     gpu_indices: list[int]
+    gpu_milli: int = Field(
+        default=0, ge=0, lt=1000, description="the share of its one GPU in thousandths; 0: whole GPUs"
+    )
 
 
 class JobScheduledData(EventData):

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from shared.events.data import INT32, INT63, TEXT, EventData
 from shared.events.envelope import Envelope
+from shared.gpu_sharing import SharingMode
 
 # --- nodes ------------------------------------------------------------------------
 
@@ -32,6 +33,7 @@ class NodeRegisteredData(EventData):
     rack: str = ""
     cpus: float = 0.0
     memory_mb: int = 0
+    gpu_sharing: SharingMode = "none"
 
 
 class NodeRegistered(Envelope):
@@ -185,6 +187,9 @@ class NodeTelemetryData(EventData):
     )
     memory_mb: int = Field(
         default=0, ge=0, le=INT63, description="memory tasks may use, MiB; 0: not reported (no memory limit)"
+    )
+    gpu_sharing: SharingMode = Field(
+        default="none", description="how the node's pool shares its GPUs (shared/gpu_sharing.py)"
     )
     gpus: list[GpuSample] = Field(max_length=1024)
     gpu_fault: str = Field(

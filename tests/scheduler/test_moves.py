@@ -204,7 +204,7 @@ def test_a_move_only_takes_what_it_may_and_makes_room_where_the_moved_jobs_fit(
     for capacity in after:
         if capacity.node_id == cleared:
             capacity.free_gpus = sorted([*capacity.free_gpus, *(g for m in movers for g in m.slices[0][1])])
-    back = [job(m.job_id, m.gpus, priority=m.priority, attained_gpu_s=m.attained_gpu_s) for m in movers]
+    back = [job(m.job_id, int(m.gpus), priority=m.priority, attained_gpu_s=m.attained_gpu_s) for m in movers]
     staying = [r for r in jobs if r not in movers]
     again = plan([*back, asking], after, running=staying, vcs=VCS, settings=SETTINGS)
     placed = {d.job.job_id: d.placements[0].node_id for d in again.decisions}

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.model import NodeCapacity, PendingJob, TaskDemand
-from services.scheduler.placement import NodeIndex, nvlink_choice, place_gang
+from services.scheduler.node_index import NodeIndex, nvlink_choice
+from services.scheduler.placement import place_gang
 from services.scheduler.planner import decide, plan
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.scheduler.model import NodeCapacity, PendingJob, RunningJob, TaskDemand, VirtualCluster
-from services.scheduler.placement import NodeIndex
+from services.scheduler.node_index import NodeIndex
 from services.scheduler.planner import PlanSettings, plan
 from services.scheduler.tally import Tally
 from services.scheduler.victims import VictimFinder
@@ -136,7 +136,7 @@ def test_the_policys_invariants_hold_for_any_snapshot(scenario: Scenario) -> Non
         settings=PlanSettings(min_runtime_s=100),
     )
     taken: set[tuple[str, int]] = set()
-    guaranteed: dict[tuple[str, str], int] = {}
+    guaranteed: dict[tuple[str, str], float] = {}
     for r in scenario.running:
         if not r.borrowed:
             guaranteed[(r.vc, r.gpu_type)] = guaranteed.get((r.vc, r.gpu_type), 0) + r.gpus

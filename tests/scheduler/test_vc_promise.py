@@ -54,7 +54,7 @@ class Simulation:
     running: dict[str, tuple[RunningJob, int, int]] = field(default_factory=dict)  # job, started, ends
     stopping: set[str] = field(default_factory=set)  # preempted: stopped before the next cycle
     first_start: dict[str, int] = field(default_factory=dict)
-    held: dict[int, int] = field(default_factory=dict)  # the team's GPUs, at the end of each instant
+    held: dict[int, float] = field(default_factory=dict)  # the team's GPUs, at the end of each instant
     unfair: list[str] = field(default_factory=list)  # team jobs left waiting with quota unused
     preempted_for_team: list[str] = field(default_factory=list)
 

@@ -36,7 +36,7 @@ def test_a_worker_runs_the_platforms_sshd_on_a_port_of_its_own_by_default() -> N
     assert worker.ports == {"ssh": 1}
     assert launcher.ports == {}  # the launcher runs no sshd
     assert launcher.resources.gpus == 0
-    assert slots_per_worker(spec.mpi, worker.resources.gpus) == 2
+    assert slots_per_worker(spec.mpi, worker.resources.gpu_devices) == 2
 
 
 def test_horovod_gives_the_launcher_a_rendezvous_port_and_keeps_the_users_own_ports() -> None:

@@ -69,10 +69,11 @@ class Job(Model):
         return self.state in TERMINAL_STATES
 
     @property
-    def gpus(self) -> int:
-        """GPUs the whole job asks for (every instance of every task)."""
+    def gpus(self) -> float:
+        """GPUs the whole job asks for (every instance of every task; a share of a GPU as the
+        fraction it is)."""
         return sum(
-            int(task.get("instances", 1)) * int(task.get("resources", {}).get("gpus", 0))
+            int(task.get("instances", 1)) * float(task.get("resources", {}).get("gpus", 0))
             for task in self.spec.get("tasks", [])
         )
 

@@ -31,6 +31,7 @@ from services.launcher.agent.artifacts import (
 )
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.event_files import EventFileCopies
+from services.launcher.agent.gpu_share.shares import GpuShares
 from services.launcher.agent.mpi import ready_mpi_task
 from services.launcher.agent.probes import LIVENESS_PLATFORM, Probes
 from services.launcher.agent.processes import (
@@ -53,6 +54,7 @@ from services.launcher.reporting import exited_event, note_job_running, peers_of
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
+from shared.gpu_sharing import GpuSharingSettings
 from shared.jobs import JobSpec
 from shared.logs import bound_job
 from shared.telemetry import span_in_job_trace
@@ -78,6 +80,7 @@ class NodeAgent:
         node_secret: str | None = None,
         on_task_end: Callable[[str], None] | None = None,
         artifacts: TaskArtifacts | None = None,
+        shares: GpuShares | None = None,
     ) -> None:
         self._records = NodeRepository(db, node_id, node_secret)
         self._tg = tg
@@ -91,6 +94,7 @@ class NodeAgent:
         self._tasks: dict[str, Task] = {}
         self._on_task_end = on_task_end  # (the interactive sessions of the attempt end with it)
         self._artifacts = artifacts  # None: this agent cannot run jobs with inputs or outputs
+        self.shares = shares or GpuShares(GpuSharingSettings(), None)
         self.event_files = EventFileCopies(tg)
         self.probes = Probes(tg, self._records.set_readiness, self.stop, stop_grace_s)
         self.epoch: int | None = None
@@ -197,6 +201,7 @@ class NodeAgent:
             secrets=row["secrets"],
         )
         task_role = next(r for r in spec.tasks if r.name == role)
+        env.update(self.shares.environment(task_role.resources, row["gpu_indices"]))
         cwd = self._work_dir / task.job_id
         task.memory_mb = task_role.resources.memory_mb
         if spec.inputs or spec.outputs:
@@ -233,14 +238,15 @@ class NodeAgent:
             log.warning("attempt %s was taken from this agent while starting; killing it", task.attempt_id)
             self._fence(task)
         self._watch(task, wait_spawned(proc, task.files), spec.max_runtime_s)
-        self._follow_event_files(task, spec)
-        self.probes.follow(task, spec)
+        self._follow(task, spec)
         return True
 
-    def _follow_event_files(self, task: Task, spec: JobSpec) -> None:
-        source = next(r.event_files_from for r in spec.tasks if r.name == task.role)
-        if source is not None:
-            self.event_files.follow(task.attempt_id, self._work_dir / source, self.work_dir_of(task.job_id))
+    def _follow(self, task: Task, spec: JobSpec) -> None:
+        """What follows a running task besides its waiter: event-file copies, probes, its GPU share."""
+        role = next(r for r in spec.tasks if r.name == task.role)
+        self.event_files.follow_role(task.attempt_id, role.event_files_from, self._work_dir, task.job_id)
+        self.probes.follow(task, spec)
+        self.shares.follow(task, role.resources)
 
     async def _finish_sandbox(self, task: Task) -> None:
         if self._sandbox is not None:
@@ -282,6 +288,7 @@ class NodeAgent:
                 task.ended = True
                 self.event_files.stop(task.attempt_id)
                 self.probes.stop(task.attempt_id)
+                self.shares.stop(task.attempt_id)
                 if self._on_task_end is not None:
                     self._on_task_end(task.attempt_id)
                 outcome = sandboxed.verdict(task, outcome)
@@ -299,9 +306,8 @@ class NodeAgent:
             self.stop(task.attempt_id, task.stop_reason, self._grace_s)
 
     def stop(self, attempt_id: str, reason: str, grace_s: float, *, platform: str | None = None) -> None:
-        """SIGTERM the task's process group now, SIGKILL it after ``grace_s``.
-
-        ``platform`` (e.g. ``preempted``) says how to classify the task's end."""
+        """SIGTERM the task's process group now, SIGKILL it after ``grace_s``; ``platform``
+        (e.g. ``preempted``) says how to classify the task's end."""
         task = self._tasks.get(attempt_id)
         if task is None:
             return  # not running here (the reconcile loop handles a stop after a restart)
@@ -411,11 +417,7 @@ class NodeAgent:
         keep = LiveOrWatched(live, self._tasks)
         await asyncio.to_thread(kill_orphans, self._state_dir, keep)
         if self._sandbox is not None:
-            removed = await asyncio.to_thread(sandboxed.kill_orphans, self._sandbox, keep)
-            # (here, not in the thread: starts claim uids too)
-            for attempt_id in removed:
-                self._sandbox.forget_attempt(attempt_id)
-            self._sandbox.release_unused()
+            await sandboxed.sweep_orphans(self._sandbox, keep)
 
     async def _settle_unwatched(
         self, task: Task, state: str, pid: int | None, ticks: int | None, spec: JobSpec
@@ -433,8 +435,7 @@ class NodeAgent:
             if state == "STARTING":
                 await self._report_started(task, ticks, None)
             self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
-            self._follow_event_files(task, spec)
-            self.probes.follow(task, spec)
+            self._follow(task, spec)
             return
         if task.cgroup is not None and task.cgroup.processes():
             # Its helper is gone but processes of it run on: nothing would record their end.

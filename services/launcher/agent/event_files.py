@@ -193,6 +193,11 @@ class EventFileCopies:
         copy = EventFileCopy(source, workdir)
         self._following[attempt_id] = self._tg.create_task(self._run(copy), name=f"event-files-{attempt_id}")
 
+    def follow_role(self, attempt_id: str, source_job: str | None, work_root: Path, job_id: str) -> None:
+        """Follow a task whose role copies the event files of ``source_job`` (if it names one)."""
+        if source_job is not None:
+            self.follow(attempt_id, work_root / source_job, work_root / job_id)
+
     def stop(self, attempt_id: str) -> None:
         following = self._following.pop(attempt_id, None)
         if following is not None:

@@ -100,6 +100,14 @@ def verdict(task: Task, outcome: Exit) -> Exit:
     return outcome
 
 
+async def sweep_orphans(sandbox: Sandbox, keep: Container[str]) -> None:
+    """``kill_orphans`` in a thread, then forget the attempts whose cgroups went (here, not
+    in the thread: starts claim uids too) and release the uids nothing uses."""
+    for attempt_id in await asyncio.to_thread(kill_orphans, sandbox, keep):
+        sandbox.forget_attempt(attempt_id)
+    sandbox.release_unused()
+
+
 def kill_orphans(sandbox: Sandbox, keep: Container[str]) -> list[str]:
     """Kill the tasks left in cgroups of this node for attempts that are no longer
     live (an earlier agent's, or ones whose processes outlived their end): found by

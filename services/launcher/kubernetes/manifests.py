@@ -59,6 +59,8 @@ from shared.service_spec import Probe
 Manifest = dict[str, Any]
 CONTAINER_NAME = "task"
 GPU_RESOURCE = "nvidia.com/gpu"
+HAMI_CORES = "nvidia.com/gpucores"  # HAMi's device plugin: percent of a shared GPU's cores
+HAMI_MEMORY = "nvidia.com/gpumem"  # and MiB of its memory
 
 
 class ManifestError(ValueError):
@@ -117,6 +119,12 @@ def _resources(launch: TaskLaunch) -> Manifest:
     limits = dict(amounts)
     if launch.gpus > 0:
         limits[GPU_RESOURCE] = str(launch.gpus)
+    if launch.gpu_milli:
+        # A share of a GPU as HAMi's device plugin takes it (one GPU, a percentage of its
+        # cores, its memory in MiB): Kubernetes itself counts GPUs only whole.
+        limits[HAMI_CORES] = str(max(1, -(-launch.gpu_milli // 10)))
+        if launch.gpu_memory_mb is not None:
+            limits[HAMI_MEMORY] = str(launch.gpu_memory_mb)
     return {"requests": amounts, "limits": limits}
 
 

@@ -240,5 +240,5 @@ async def mpi_wiring(db: Database, claimed: Mapping[str, Any], peers: list[Peer]
         generation=generation,
         keys=JobSshKeys.from_row(dict(row)),
         worker_ports=tuple(ports),
-        slots_per_worker=slots_per_worker(spec.mpi, worker.resources.gpus),
+        slots_per_worker=slots_per_worker(spec.mpi, worker.resources.gpu_devices),
     )

@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import socket
+import sys
 import time
 
 from services.monitor.exporter.backend import GpuBackend, open_backend
@@ -20,6 +21,8 @@ from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
 from shared.events import NodeTelemetry
 from shared.events.nodes import NodeTelemetryData
+from shared.gpu_sharing import GpuSharingSettings, mode_refusal
+from shared.gpu_types import gpu_type_of
 from shared.service import Health, run_service, serve_health
 from shared.telemetry import setup_telemetry, shutdown_telemetry
 
@@ -27,7 +30,9 @@ log = logging.getLogger(__name__)
 SOURCE = "corral/exporter"
 
 
-async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings) -> None:
+async def publish_forever(
+    bus: NatsBus, backend: GpuBackend, settings: Settings, sharing: GpuSharingSettings
+) -> None:
     node_id = settings.exporter.node_id
     boot = f"{int(time.time())}-{os.getpid()}"
     hostname = socket.gethostname()
@@ -50,6 +55,7 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
                 rack=settings.exporter.rack,
                 cpus=capacity.cpus,
                 memory_mb=capacity.memory_mb,
+                gpu_sharing=sharing.mode,
                 gpu_fault=backend.fault,
             ),
         )
@@ -61,18 +67,9 @@ async def publish_forever(bus: NatsBus, backend: GpuBackend, settings: Settings)
         await asyncio.sleep(max(0.0, settings.exporter.interval_s - (time.monotonic() - started)))
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, backend: GpuBackend, sharing: GpuSharingSettings) -> None:
     provider = setup_telemetry("exporter", settings.common.telemetry)
     exporter = settings.exporter
-    backend = open_backend(
-        exporter.backend,
-        node_id=exporter.node_id,
-        simulated_gpus=exporter.simulated_gpus,
-        simulated_model=exporter.simulated_model,
-        faults_file=exporter.faults_file,
-        simulated_nvlink_domain_size=exporter.simulated_nvlink_domain_size,
-        device_root=exporter.device_root,
-    )
     bus = await NatsBus.connect(settings.common.nats, name=f"corral-exporter-{exporter.node_id}")
     try:
         await bus.ensure_streams()
@@ -83,7 +80,7 @@ async def serve(settings: Settings) -> None:
         health = Health("exporter", {"nats": nats_connected})
         async with asyncio.TaskGroup() as tg:
             tg.create_task(serve_health(health, settings.common.health), name="health")
-            tg.create_task(publish_forever(bus, backend, settings), name="heartbeats")
+            tg.create_task(publish_forever(bus, backend, settings, sharing), name="heartbeats")
     finally:
         await bus.close()
         backend.close()
@@ -91,5 +88,28 @@ async def serve(settings: Settings) -> None:
 
 
 def main() -> int:
+    from services.monitor.exporter.nvml import mig_enabled  # (pynvml only where it is asked for)
+
     settings = Settings()
-    return run_service("exporter", lambda: serve(settings))
+    exporter = settings.exporter
+    backend = open_backend(
+        exporter.backend,
+        node_id=exporter.node_id,
+        simulated_gpus=exporter.simulated_gpus,
+        simulated_model=exporter.simulated_model,
+        faults_file=exporter.faults_file,
+        simulated_nvlink_domain_size=exporter.simulated_nvlink_domain_size,
+        device_root=exporter.device_root,
+    )
+    sharing = GpuSharingSettings()
+    # A mode whose tool this node lacks is refused here, before the node announces itself:
+    # fractions that nothing enforces must not be placed on it.
+    types = {gpu_type_of(gpu.model) for gpu in backend.sample()} if sharing.mode == "mig" else set()
+    refusal = mode_refusal(
+        sharing.mode, sharing, simulated=backend.simulated, mig_enabled=mig_enabled(backend), gpu_types=types
+    )
+    if refusal:
+        backend.close()
+        print(f"corral exporter: {refusal}", file=sys.stderr)
+        return 2
+    return run_service("exporter", lambda: serve(settings, backend, sharing))

@@ -5,6 +5,9 @@ others: NVML's ``NotSupported`` leaves the field ``None`` and names it in
 ``unsupported``; ``GPU_IS_LOST`` (the GPU fell off the bus) marks the whole GPU
 ``lost``. Xid errors are not polled — NVML reports them as events — so a daemon thread
 waits on an NVML event set and keeps the last Xid and a count per GPU for the sampler.
+
+A GPU in MIG mode is reported as its MIG devices, each a GPU of its own type: which
+devices, their indices and which readings come from the chip are in ``mig.py``.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
+from services.monitor.exporter.mig import ReportedGpu, mig_model, read_layout
 from services.monitor.exporter.topology import nvlink_domains
 from shared.events.nodes import GpuSample
+
+if TYPE_CHECKING:
+    from services.monitor.exporter.backend import GpuBackend
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +56,13 @@ class GpuLost(Exception):
 class _Reader:
     """Reads one GPU's fields, recording the unsupported ones instead of failing."""
 
-    def __init__(self, handle: object) -> None:
+    def __init__(self, handle: object, unsupported: list[str] | None = None) -> None:
         self.handle = handle
-        self.unsupported: list[str] = []
+        self.unsupported: list[str] = [] if unsupported is None else unsupported
+
+    def on(self, handle: object) -> _Reader:
+        """A reader of another handle (a MIG device's GPU) that records into the same list."""
+        return _Reader(handle, self.unsupported)
 
     def read(self, field: str, call: Callable[..., Any], *args: object) -> Any:
         try:
@@ -125,52 +136,58 @@ class XidWatcher:
 
 
 class NvmlGpus:
-    """Every GPU NVML sees on this machine."""
+    """Every GPU NVML sees on this machine, a GPU in MIG mode as its MIG devices."""
 
     simulated = False
     fault = ""  # (GpuBackend: nothing stops this backend reading its GPUs)
 
     def __init__(self) -> None:
         pynvml.nvmlInit()
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        gpus = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        layout = read_layout(gpus)
+        self._devices = layout.devices
+        self.mig_gpus = layout.mig_gpus
         # Identity that outlives a lost GPU (a lost GPU answers nothing, not even its name).
-        self._identity = [self._identify(h, i) for i, h in enumerate(self._handles)]
-        self._domains = nvlink_domains(len(self._handles), self._nvlinked)
-        self._xids = XidWatcher(self._handles)
+        self._identity = [self._identify(d, i) for i, d in enumerate(self._devices)]
+        self._domains = nvlink_domains(len(self._devices), self._nvlinked)
+        self._xids = XidWatcher(gpus)
 
     def _nvlinked(self, i: int, j: int) -> bool:
         """NVML's peer-to-peer status over NVLink; an error (no NVLink on these GPUs, an
-        old driver) means not connected, so such GPUs get a domain each."""
+        old driver) means not connected, so such GPUs get a domain each. MIG devices have
+        no peer-to-peer access at all: each is a domain of its own."""
+        a, b = self._devices[i], self._devices[j]
+        if a.mig or b.mig:
+            return False
         try:
-            status = pynvml.nvmlDeviceGetP2PStatus(
-                self._handles[i], self._handles[j], pynvml.NVML_P2P_CAPS_INDEX_NVLINK
-            )
+            status = pynvml.nvmlDeviceGetP2PStatus(a.handle, b.handle, pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
         except pynvml.NVMLError:
             return False
         return bool(status == pynvml.NVML_P2P_STATUS_OK)
 
     @staticmethod
-    def _identify(handle: object, index: int) -> tuple[str, str, int]:
+    def _identify(device: ReportedGpu, index: int) -> tuple[str, str, int]:
         try:
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            return (
-                str(pynvml.nvmlDeviceGetUUID(handle)),
-                str(pynvml.nvmlDeviceGetName(handle)),
-                int(memory.total) // MIB,
-            )
+            memory = pynvml.nvmlDeviceGetMemoryInfo(device.handle)
+            model = str(pynvml.nvmlDeviceGetName(device.gpu_handle))
+            if device.mig:
+                gpu_memory = pynvml.nvmlDeviceGetMemoryInfo(device.gpu_handle)
+                model = mig_model(model, device.handle, int(gpu_memory.total))
+            return str(pynvml.nvmlDeviceGetUUID(device.handle)), model, int(memory.total) // MIB
         except pynvml.NVMLError:
             return f"unknown-{index}", "unknown", 0
 
     @property
     def gpu_count(self) -> int:
-        return len(self._handles)
+        """The GPUs the node reports: whole GPUs and MIG devices."""
+        return len(self._devices)
 
     def sample(self) -> list[GpuSample]:
-        return [self._sample_one(i, h) for i, h in enumerate(self._handles)]
+        return [self._sample_one(i, d) for i, d in enumerate(self._devices)]
 
-    def _sample_one(self, index: int, handle: object) -> GpuSample:
+    def _sample_one(self, index: int, device: ReportedGpu) -> GpuSample:
         uuid, model, memory_total_mb = self._identity[index]
-        last_xid, xid_count = self._xids.snapshot(index)
+        last_xid, xid_count = self._xids.snapshot(device.gpu)
         base = {
             "index": index,
             "uuid": uuid,
@@ -180,32 +197,39 @@ class NvmlGpus:
             "xid_count": xid_count,
             "nvlink_domain": self._domains[index],
         }
-        r = _Reader(handle)
+        # The device's own readings from ``r``, the chip's from ``chip`` (the same handle
+        # for a whole GPU; for a MIG device, its GPU's: see mig.py).
+        r = _Reader(device.handle)
+        chip = r.on(device.gpu_handle)
         try:
             memory = r.read("memory_used_mb", pynvml.nvmlDeviceGetMemoryInfo)
             util = r.read("utilization_pct", pynvml.nvmlDeviceGetUtilizationRates)
-            temp = r.read("temperature_c", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
-            power_mw = r.read("power_w", pynvml.nvmlDeviceGetPowerUsage)
-            sm_clock = r.read("sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM)
-            reasons = r.read("throttle_reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
-            ecc_corrected = r.read(
+            temp = chip.read("temperature_c", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
+            power_mw = None if device.mig else chip.read("power_w", pynvml.nvmlDeviceGetPowerUsage)
+            sm_clock = chip.read("sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM)
+            reasons = chip.read("throttle_reasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons)
+            ecc_corrected = chip.read(
                 "ecc_corrected_volatile",
                 pynvml.nvmlDeviceGetTotalEccErrors,
                 pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
                 pynvml.NVML_VOLATILE_ECC,
             )
-            ecc_uncorrected = r.read(
+            ecc_uncorrected = chip.read(
                 "ecc_uncorrected_volatile",
                 pynvml.nvmlDeviceGetTotalEccErrors,
                 pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 pynvml.NVML_VOLATILE_ECC,
             )
-            remap = r.read("remap_failure", pynvml.nvmlDeviceGetRemappedRows)
+            remap = chip.read("remap_failure", pynvml.nvmlDeviceGetRemappedRows)
             processes = r.read("pids", pynvml.nvmlDeviceGetComputeRunningProcesses) or []
         except GpuLost:
             return GpuSample(**base, lost=True)
+        if device.mig:
+            r.unsupported.append("power_w")  # the chip's: summed over its slices it would count it again
         if not self._xids.supported:
             r.unsupported.append("last_xid")
+        if "utilization_pct" in r.unsupported:
+            r.unsupported.append("memory_utilization_pct")  # both come from one NVML call
         if "remap_failure" in r.unsupported:
             r.unsupported.append("remapped_rows_pending")  # both come from one NVML call
         return GpuSample(
@@ -229,3 +253,9 @@ class NvmlGpus:
     def close(self) -> None:
         self._xids.close()
         pynvml.nvmlShutdown()
+
+
+def mig_enabled(backend: GpuBackend) -> bool:
+    """Whether this node can share its GPUs by MIG: at least one of its GPUs is in MIG mode
+    (with MIG devices or not yet). Simulated GPUs, and GPUs NVML cannot read, never are."""
+    return isinstance(backend, NvmlGpus) and bool(backend.mig_gpus)

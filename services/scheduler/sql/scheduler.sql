@@ -10,7 +10,7 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
 -- Ready: the monitor hears the node and has not drained it, and a node agent holds a live
 -- lease to run tasks there. A GPU NVML reports lost is no capacity. A node's GPUs are of
 -- one model (its type is derived from the model in Python: shared/gpu_types.py).
-SELECT n.id, n.rack, n.cpus, n.memory_mb, array_agg(g.index ORDER BY g.index) AS gpu_indices,
+SELECT n.id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing, array_agg(g.index ORDER BY g.index) AS gpu_indices,
        array_agg(g.nvlink_domain ORDER BY g.index) AS gpu_domains, min(g.model) AS model
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
@@ -18,7 +18,7 @@ LEFT JOIN monitor.gpus g
     ON g.node_id = n.id
    AND NOT EXISTS (SELECT 1 FROM monitor.gpu_readings r WHERE r.node_id = g.node_id AND r.index = g.index AND r.lost)
 WHERE n.state = 'READY' AND n.drained_at IS NULL
-GROUP BY n.id, n.rack, n.cpus, n.memory_mb;
+GROUP BY n.id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing;
 
 -- name: node_models
 -- The GPU model of every node holding allocations (ready or not), to type running jobs.
@@ -39,7 +39,7 @@ ORDER BY a.job_id;
 -- Every placed job's GPUs, with what the policy weighs when choosing victims: owner,
 -- priority, borrowed or not, promoted or not, how long since it was placed, its limit, whether a
 -- preemption was already asked for this generation.
-SELECT a.job_id, a.node_id, a.gpu_indices, a.borrowed, a.promoted,
+SELECT a.job_id, a.node_id, a.gpu_indices, a.gpu_milli, a.borrowed, a.promoted,
        (SELECT (t->'resources'->>'cpus')::float8 FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
         WHERE t->>'name' = a.task_role) AS cpus,
        (SELECT (t->'resources'->>'memory_mb')::bigint FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
@@ -94,8 +94,9 @@ WHERE id = ANY($1::text[]);
 -- name: commit_placements
 -- Every placement of a cycle, in one statement (one round trip, where a placement took
 -- three): each job still PENDING at the version the cycle read ($1, $2) becomes SCHEDULED
--- as generation $3, with its allocations ($4..$11, one element per task instance; GPU
--- indices as '{0,1}') and its job.scheduled ($12..$17, an outbox row's columns, in
+-- as generation $3, with its allocations ($4..$11 and $20, one element per task instance;
+-- GPU indices as '{0,1}', $20 the share of its one GPU in thousandths, 0 for whole GPUs) and
+-- its job.scheduled ($12..$17, an outbox row's columns, in
 -- decision order). A job that changed since the read (e.g. cancelled) is skipped, and so
 -- are its allocations and its event. The events of $18 (their ids) NOTIFY the relays on
 -- channel $19 (the others the scheduler publishes itself on commit). Returns the jobs
@@ -111,12 +112,12 @@ scheduled AS (
     RETURNING j.id),
 allocated AS (
     INSERT INTO scheduler.allocations
-        (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
+        (job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted, gpu_milli)
     SELECT a.job_id, a.generation, a.task_role, a.task_index, a.node_id, a.gpu_indices::int[],
-           a.borrowed, a.promoted
+           a.borrowed, a.promoted, a.gpu_milli
     FROM unnest($4::text[], $5::int[], $6::text[], $7::int[], $8::text[], $9::text[], $10::bool[],
-                $11::bool[])
-        AS a(job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted)
+                $11::bool[], $20::int[])
+        AS a(job_id, generation, task_role, task_index, node_id, gpu_indices, borrowed, promoted, gpu_milli)
     WHERE a.job_id IN (SELECT id FROM scheduled)),
 event AS (
     INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)

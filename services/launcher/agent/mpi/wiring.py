@@ -93,7 +93,7 @@ def job_texts(
     """The files every task of the job on a node shares."""
     workers = workers_of(peers)
     worker_role = next(r for r in spec.tasks if r.name == WORKER_ROLE)
-    slots = slots_per_worker(spec.mpi, worker_role.resources.gpus)
+    slots = slots_per_worker(spec.mpi, worker_role.resources.gpu_devices)
     texts = {
         paths.user_public_key: keys.user_public.strip() + "\n",
         paths.authorized_keys: keys.user_public.strip() + "\n",

@@ -1,0 +1,1 @@
+"""GPU sharing on the node: reading each shared GPU's processes, and checking sharers."""
