@@ -212,3 +212,22 @@ async def test_a_killed_replica_is_skipped_without_a_failed_request(
     none_left = await gateway.call("/serve/sturdy/")
     assert none_left.status_code == 503
     assert "could be reached" in none_left.json()["detail"]
+
+
+async def test_two_replicas_killed_at_once_cost_no_request_its_answer(
+    gateway: Gateway, replicas: Callable[[str], Awaitable[Replica]]
+) -> None:
+    await add_service(gateway.db, "triple")
+    started = [await replicas(name) for name in ("one", "two", "three")]
+    for replica in started:
+        await add_replica(gateway.db, "triple", replica.port)
+    assert {(await gateway.call("/serve/triple/")).json()["replica"] for _ in range(6)} == {
+        "one",
+        "two",
+        "three",
+    }
+    for replica in started[:2]:
+        await replica.kill()  # both still ready in Postgres: each request may meet both first
+    after = [await gateway.call("/serve/triple/") for _ in range(9)]
+    assert [a.status_code for a in after] == [200] * 9
+    assert {a.json()["replica"] for a in after} == {"three"}

@@ -73,6 +73,11 @@ PREFIX = "/serve/"
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$")
 _IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 _CALLER_LEFT = 499  # counted so: nginx's "client closed request"
+# Replicas a request is offered to when the ones before it cannot be reached: the rotation is
+# read twice a second, so a replica killed since may still be in it, and two killed at once
+# must not cost a request its answer; a bound, because on a real network an unreachable host
+# costs a connect timeout each.
+CONNECT_TRIES = 3
 # A replica that failed to answer, by whether it was too slow to.
 _UNANSWERED: dict[bool, tuple[int, ProblemSlug]] = {
     False: (502, "node-refused"),
@@ -167,7 +172,7 @@ class ServeGateway:
         rest = _rest_of_body(watch.receive) if streamed else None
         if not streamed:
             watch.start()  # the request is in hand: what receive says next is the caller leaving
-        for endpoint in rotation[:2]:  # the next replica, and once another when it is gone
+        for endpoint in rotation[:CONNECT_TRIES]:  # the next replica, others when it is gone
             try:
                 answer = await self._exchange(
                     endpoint, route, scope, body, rest, watch, replayable=replayable
