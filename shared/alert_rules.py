@@ -43,6 +43,7 @@ class EventRules(_Strict):
     job_failed: EventRule = EventRule(severity="warning")
     node_unreachable: EventRule = EventRule(severity="critical")
     gpu_unhealthy: EventRule = EventRule(severity="warning")
+    gpu_over_limit: EventRule = EventRule(severity="warning")
 
 
 class PendingRule(EventRule):

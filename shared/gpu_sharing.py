@@ -4,7 +4,7 @@ and whether the node has what the mode needs.
 A node's mode is one setting read by both of its processes, so they cannot disagree: the
 exporter reports it (the scheduler places fractions of a GPU only on nodes that share),
 and the agent sets each sharing task's environment by it and checks that the task keeps
-to its share (``services/launcher/agent/gpu_share_watch.py``).
+to its share (``services/launcher/agent/gpu_share/watch.py``).
 
 What each mode isolates, plainly (docs/gpu-sharing.md says the same to operators):
 

@@ -10,7 +10,7 @@ import httpx
 
 from services.alerter.conditions import reconcile_conditions
 from services.alerter.delivery import Deliverer
-from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, AlerterHandlers
+from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, TASK_EVENTS, AlerterHandlers
 from services.alerter.notifications import escalate_due, repeat_due
 from services.alerter.repository import publish_rules_in_force, rule_overrides
 from services.alerter.routing import RoutingFile
@@ -64,7 +64,7 @@ async def serve(settings: Settings) -> None:
 
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
-            for consumer in (JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
+            for consumer in (JOB_EVENTS, TASK_EVENTS, NODE_EVENTS, ALERT_ACTIONS):
                 spec = ConsumerSpec(consumer, handlers.handle)
                 tg.create_task(run_consumer(res.bus, spec, res.dead_letters), name=consumer.durable)
             tg.create_task(

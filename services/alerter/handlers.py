@@ -26,6 +26,7 @@ from shared.events import (
     NodeUndrained,
     NodeUnreachable,
     SilenceRequested,
+    TaskOverLimit,
     subjects_of,
 )
 from shared.idempotency import first_time
@@ -33,6 +34,10 @@ from shared.idempotency import first_time
 log = logging.getLogger(__name__)
 
 JOB_EVENTS = ConsumerConfig(stream=JOBS.name, durable="alerter-jobs", filter_subjects=subjects_of(JobFailed))
+# A consumer of its own: NATS holds a consumer to one filter (shared/bus/identities.py).
+TASK_EVENTS = ConsumerConfig(
+    stream=JOBS.name, durable="alerter-tasks", filter_subjects=subjects_of(TaskOverLimit)
+)
 NODE_EVENTS = ConsumerConfig(
     stream=NODES.name,
     durable="alerter-nodes",

@@ -9,11 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared.alert_rules import EventRule, EventRules, Severity
-from shared.events import Event, JobFailed, NodeDrained, NodeRegistered, NodeUndrained, NodeUnreachable
+from shared.events import (
+    Event,
+    JobFailed,
+    NodeDrained,
+    NodeRegistered,
+    NodeUndrained,
+    NodeUnreachable,
+    TaskOverLimit,
+)
 
 # Alerts of these rules report a thing that happened, not a state that lasts: they are
 # told once — never repeated, and not sent after a silence that covered them ends.
-ONE_SHOT_RULES = ("JobFailed",)
+ONE_SHOT_RULES = ("JobFailed", "GpuOverLimit")
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,18 @@ def draft_for(event: Event, rules: EventRules) -> AlertDraft | None:
             summary = f"job {data.job_id} failed: {data.reason or 'no reason given'}"
             fingerprint = f"JobFailed/{data.job_id}/{data.generation}"
             return drafted(rules.job_failed, "JobFailed", fingerprint, summary, {"job": data.job_id})
+        case TaskOverLimit(data=data):
+            # The job's alert (routed to its owner, as job_failed's), naming where it ran.
+            then = "its node stopped it" if data.action == "killed" else "it runs on"
+            summary = (
+                f"job {data.job_id}: a task used {data.used_mb} MiB of GPU {data.gpu_index} on node"
+                f" {data.node_id}, over its share of {data.limit_mb} MiB; {then}"
+            )
+            labels = {"job": data.job_id, "node": data.node_id, "gpu": str(data.gpu_index)}
+            fingerprint = f"GpuOverLimit/{data.attempt_id}"
+            return drafted(
+                rules.gpu_over_limit, "GpuOverLimit", fingerprint, summary, {**labels, "action": data.action}
+            )
         case NodeUnreachable(data=data):
             summary = f"node {data.node_id} sent no heartbeat for {data.last_heartbeat_age_s:.0f}s"
             return drafted(

@@ -9,7 +9,7 @@ or on Kubernetes the launcher's runner.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -26,4 +26,15 @@ JOB_START_LATENCY = Histogram(
 JOBS_ENDED = Counter("corral_jobs_ended", "Jobs that reached an end state, by state.", ["state"])
 TASK_EXITS = Counter(
     "corral_task_exits", "Task attempts that ended, by exit classification.", ["classification"]
+)
+# Each task holding a share of a GPU, while it runs (node agents: gpu_share/watch.py).
+GPU_SHARE_USED = Gauge(
+    "corral_agent_gpu_share_used_bytes",
+    "GPU memory the processes of a task holding a share of the GPU use, as last read.",
+    ["job", "attempt", "gpu"],
+)
+GPU_SHARE_LIMIT = Gauge(
+    "corral_agent_gpu_share_limit_bytes",
+    "The GPU memory a task holding a share of the GPU may use (its gpu_memory_mb, or its fraction).",
+    ["job", "attempt", "gpu"],
 )

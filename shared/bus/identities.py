@@ -37,6 +37,7 @@ from shared.events import (
     NodeDrainRequested,
     NodeTelemetry,
     TaskAssigned,
+    TaskOverLimit,
     TaskStopRequested,
     subject_for,
     subjects_of,
@@ -176,7 +177,7 @@ def service_permissions(service: str) -> BusPermissions:
                 answers=True,
             )
         case "launcher":
-            task_events = ("assigned", "stop_requested", "started", "exited")
+            task_events = ("assigned", "stop_requested", "started", "exited", "over_limit")
             return _with_common(
                 service,
                 publish=(
@@ -219,6 +220,7 @@ def service_permissions(service: str) -> BusPermissions:
                 publish=(
                     *_events("corral.alert.firing", "corral.alert.changed"),
                     *_durable(JOBS.name, "alerter-jobs", *subjects_of(JobFailed)),
+                    *_durable(JOBS.name, "alerter-tasks", *subjects_of(TaskOverLimit)),
                     *_durable(NODES.name, "alerter-nodes"),
                     *_durable(ALERTS.name, "alerter-actions"),
                 ),

@@ -138,7 +138,7 @@ BEGIN
     DELETE FROM corral.service_instances s WHERE s.instance_id = p_instance AND s.service = 'agent-' || p_node;
 END
 $$;
-CREATE FUNCTION launcher.node_live_attempts(p_node text, p_secret text) RETURNS TABLE(id text, job_id text, generation integer, state text, pid integer, pid_start_ticks bigint, log_path text, task_role text, task_index integer, attempt_no integer, stop_requested_at timestamp with time zone, stop_reason text, stop_platform text, spec jsonb, ports jsonb)
+CREATE FUNCTION launcher.node_live_attempts(p_node text, p_secret text) RETURNS TABLE(id text, job_id text, generation integer, state text, pid integer, pid_start_ticks bigint, log_path text, task_role text, task_index integer, attempt_no integer, stop_requested_at timestamp with time zone, stop_reason text, stop_platform text, spec jsonb, ports jsonb, gpu_indices integer[])
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -146,7 +146,8 @@ BEGIN
     PERFORM launcher.check_node(p_node, p_secret);
     RETURN QUERY
     SELECT a.id, a.job_id, a.generation, a.state, a.pid, a.pid_start_ticks, a.log_path, a.task_role,
-           a.task_index, a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec, a.ports
+           a.task_index, a.attempt_no, a.stop_requested_at, a.stop_reason, a.stop_platform, j.spec, a.ports,
+           a.gpu_indices
     FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id
     WHERE a.node_id = p_node AND a.state IN ('ASSIGNED', 'STARTING', 'RUNNING');
 END
@@ -273,6 +274,30 @@ BEGIN
     WHERE g.node_id = p_node AND g.epoch = p_epoch AND g.lost_at IS NULL
     RETURNING g.epoch INTO renewed;
     RETURN renewed;
+END
+$$;
+CREATE FUNCTION launcher.node_report_over_limit(p_node text, p_secret text, p_attempt text, p_event_id text, p_subject text, p_aggregate text, p_part smallint, p_payload bytea, p_headers jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    its_job text;
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    SELECT a.job_id INTO its_job FROM launcher.attempts a
+    WHERE a.id = p_attempt AND a.node_id = p_node AND a.state = 'RUNNING';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM launcher.check_node_event(
+        p_node, p_event_id, p_subject, p_aggregate, p_part, p_payload, p_headers,
+        'corral.task.over_limit.v1', 'corral.task.over_limit.' || p_node, p_attempt, its_job,
+        jsonb_build_object('attempt_id', p_attempt, 'node_id', p_node, 'job_id', its_job));
+    INSERT INTO corral.outbox (event_id, subject, aggregate, part, payload, headers)
+    VALUES (p_event_id, p_subject, p_aggregate, p_part, p_payload, p_headers);
+    PERFORM pg_notify('corral_outbox_agent', p_part::text);
+    RETURN true;
 END
 $$;
 CREATE FUNCTION launcher.node_set_readiness(p_node text, p_secret text, p_attempt text, p_ready boolean, p_detail text) RETURNS boolean

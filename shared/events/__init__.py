@@ -25,6 +25,7 @@ from shared.events.jobs import (
     JobSucceeded,
     TaskAssigned,
     TaskExited,
+    TaskOverLimit,
     TaskStarted,
     TaskStopRequested,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "SilenceRequested",
     "TaskAssigned",
     "TaskExited",
+    "TaskOverLimit",
     "TaskStarted",
     "TaskStopRequested",
     "event_json_schema",

@@ -221,3 +221,28 @@ class TaskExited(Envelope):
     @property
     def routing_key(self) -> str:
         return self.data.node_id
+
+
+class TaskOverLimitData(EventData):
+    attempt_id: str
+    job_id: str
+    node_id: str
+    gpu_index: int = Field(description="the GPU whose share it holds, as its node numbers them")
+    used_mb: int = Field(description="the GPU memory its processes used, in MiB, as its node's agent read it")
+    limit_mb: int = Field(description="its share of that GPU's memory, in MiB")
+    action: Literal["killed", "warned"] = Field(
+        description="killed: its node stops it (it fails, classified gpu_over_limit); warned: it runs on"
+    )
+
+
+class TaskOverLimit(Envelope):
+    """A task holding a share of a GPU used more of its memory than its share (its node's
+    agent checks each sharer's processes; told once per attempt)."""
+
+    type: Literal["corral.task.over_limit.v1"] = "corral.task.over_limit.v1"
+    data: TaskOverLimitData
+    subject_prefix: ClassVar[str] = "corral.task.over_limit"
+
+    @property
+    def routing_key(self) -> str:
+        return self.data.node_id

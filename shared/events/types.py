@@ -35,6 +35,7 @@ from shared.events.jobs import (
     JobSucceeded,
     TaskAssigned,
     TaskExited,
+    TaskOverLimit,
     TaskStarted,
     TaskStopRequested,
 )
@@ -62,6 +63,7 @@ Event = Annotated[
     | TaskStopRequested
     | TaskStarted
     | TaskExited
+    | TaskOverLimit
     | NodeRegistered
     | NodeUnreachable
     | NodeDrained

@@ -1,11 +1,14 @@
 """GPU sharing with real processes: ``CORRAL_GPU_SHARING=timeslice make up`` makes the
 simulated GPUs shareable, two ``gpus: 0.5`` jobs then run side by side on one GPU index,
-each seeing its share in its environment, and a whole-GPU job takes another GPU. A node
-whose pool asks for a mode it has no tool for refuses to start, saying why."""
+each seeing its share in its environment, and a whole-GPU job takes another GPU. A sharer
+that uses more than its share (as the simulated GPUs' processes file says, standing in for
+NVML) is stopped, its owner alerted. A node whose pool asks for a mode it has no tool for
+refuses to start, saying why."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -71,6 +75,55 @@ async def test_two_halves_share_one_gpu_and_a_whole_job_takes_the_other(stack: S
         for job_id in halves:
             log = (await http.get(f"/api/v1/jobs/{job_id}/logs")).text
             assert "share=0.5 memory=40779" in log, log  # half of a simulated H100's 81,559 MiB
+
+
+async def test_a_sharer_over_its_share_is_stopped_and_its_owner_alerted(
+    stack: Stack, database_url: str
+) -> None:
+    async with stack.client() as http:
+        job_id = await submit_spec(http, _spec("greedy", 0.5))
+        [attempt] = (await wait_state(http, job_id, {"RUNNING"}))["attempts"]
+        conn = await asyncpg.connect(database_url)
+        try:
+            recorded = await conn.fetchval("SELECT pid FROM launcher.attempts WHERE id = $1", attempt["id"])
+            assert recorded, "the agent recorded the task's process"
+            # A sandboxed task's processes are those of its cgroup (the recorded pid is its
+            # sandbox helper's, outside it); an unsandboxed one's, its session's.
+            pid = next(iter(_in_cgroup_of(attempt["id"])), recorded)
+            # What NVML would say of a task that allocated 60,000 MiB of a half share of 81,559.
+            processes = {"gpus": {str(attempt["gpu_indices"][0]): [{"pid": pid, "used_mb": 60000}]}}
+            (stack.home / "gpu-processes.json").write_text(json.dumps(processes))
+            job = await wait_state(http, job_id, {"FAILED"}, timeout_s=30)
+            [ended] = job["attempts"]
+            assert ended["classification"] == "permanent"
+            assert "used 60000 MiB of GPU" in ended["reason"], ended
+            assert "its share is 40779 MiB (0.5 of the GPU)" in ended["reason"], ended
+            alert = None
+            for _ in range(100):
+                alert = await conn.fetchrow(
+                    "SELECT rule, state, labels FROM alerter.alerts WHERE rule = 'GpuOverLimit'"
+                )
+                if alert:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await conn.close()
+    assert alert is not None, "no GpuOverLimit alert"
+    assert json.loads(alert["labels"])["action"] == "killed"
+
+
+def _in_cgroup_of(attempt_id: str) -> list[int]:
+    """The processes in a cgroup named after the attempt (a sandboxed task's)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cgroups = (entry / "cgroup").read_text()
+            except OSError:
+                continue
+            if attempt_id in cgroups:
+                pids.append(int(entry.name))
+    return sorted(pids)
 
 
 async def _reason(http: httpx.AsyncClient, job_id: str, timeout_s: float = 20.0) -> dict[str, Any]:

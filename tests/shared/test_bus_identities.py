@@ -27,7 +27,7 @@ from corral.local.nats import LocalNats, NatsUser
 from corral.local.ports import free_port
 from corral.local.stack_nats import StackNats
 from corral.local.tls import ServerTls
-from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS
+from services.alerter.handlers import ALERT_ACTIONS, JOB_EVENTS, NODE_EVENTS, TASK_EVENTS
 from services.launcher.agent.app import assignments_consumers
 from services.launcher.app import KUBERNETES_ASSIGNMENTS
 from services.launcher.handlers import CONSUMER as LAUNCHER_EVENTS
@@ -227,7 +227,7 @@ async def test_each_service_and_node_can_use_its_own_consumers(secured: tuple[Lo
     own: dict[str, list[ConsumerConfig]] = {
         "launcher": [LAUNCHER_EVENTS, KUBERNETES_ASSIGNMENTS],
         "monitor": [NODE_COMMANDS],
-        "alerter": [JOB_EVENTS, NODE_EVENTS, ALERT_ACTIONS],
+        "alerter": [JOB_EVENTS, TASK_EVENTS, NODE_EVENTS, ALERT_ACTIONS],
         node_user("a"): assignments_consumers("a"),
     }
     for user, consumers in own.items():

@@ -37,7 +37,8 @@ from shared.db.migrations import apply_migrations
 from shared.db.pool import Database, connect
 from shared.db.queries import Queries
 from shared.deadletters import PostgresDeadLetters
-from shared.events import JobRunning, TaskStarted
+from shared.events import JobRunning, TaskOverLimit, TaskStarted
+from shared.events.jobs import TaskOverLimitData
 from shared.liveness import Liveness
 from shared.outbox import OutboxRelay, append, outbox_row
 from shared.outbox.rows import partitions_of, sources_published_with
@@ -133,6 +134,7 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "launcher.node_record_dead_letter()": ("",   "",     "",     "",     "",     "X"),
     "launcher.node_register()":         ("",     "",     "",     "",     "",     "X"),
     "launcher.node_renew_lease()":      ("",     "",     "",     "",     "",     "X"),
+    "launcher.node_report_over_limit()": ("",    "",     "",     "",     "",     "X"),
     "launcher.node_set_readiness()":    ("",     "",     "",     "",     "",     "X"),
 }  # fmt: skip
 
@@ -641,3 +643,31 @@ async def test_a_node_may_write_only_true_events_about_its_own_attempt(
     assert await db.fetchval("SELECT count(*) FROM corral.outbox WHERE aggregate = $1", job_id) == submitted
     assert await db.fetchval("SELECT state FROM launcher.attempts WHERE id = $1", mine) == "STARTING"
     assert await node.mark_running(mine, 7, None, None, right_started, right_running) is not None
+
+
+async def test_a_node_tells_only_of_its_own_running_attempts_over_their_gpu_share(
+    db: Database, agent_db: Database
+) -> None:
+    """``launcher.node_report_over_limit`` (migration 0037): its own attempt, RUNNING, and
+    a true event about it; anything else is refused or writes nothing."""
+    await attempts.known_nodes(db, NODE_A, NODE_B)
+    [mine] = await attempts.assigned(db, NODE_A, instances=1, state="RUNNING")
+    [theirs] = await attempts.assigned(db, NODE_B, instances=1, state="RUNNING")
+    [starting] = await attempts.assigned(db, NODE_A, instances=1, state="STARTING")
+    node = NodeRepository(agent_db, NODE_A, await mint_node_credential(db, NODE_A))
+
+    async def over(attempt_id: str, **change: object) -> TaskOverLimit:
+        facts = {"attempt_id": attempt_id, "job_id": await _job_of(db, attempt_id), "node_id": NODE_A}
+        data = TaskOverLimitData.model_validate(
+            {**facts, "gpu_index": 0, "used_mb": 50000, "limit_mb": 40779, "action": "killed", **change}
+        )
+        return TaskOverLimit(source=AGENT, subject=attempt_id, data=data)
+
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match=f"not one of node {NODE_A}'s"):
+        await node.report_over_limit(await over(theirs))
+    with pytest.raises(asyncpg.InsufficientPrivilegeError, match="may not write this event"):
+        await node.report_over_limit(await over(mine, node_id=NODE_B))
+    assert await node.report_over_limit(await over(starting)) is False  # not running: nothing
+    assert await node.report_over_limit(await over(mine)) is True
+    subjects = await db.fetch("SELECT subject FROM corral.outbox WHERE subject LIKE 'corral.task.%'")
+    assert [row["subject"] for row in subjects] == [f"corral.task.over_limit.{NODE_A}"]

@@ -137,6 +137,8 @@ async def _panel_context(
         "finished": state.is_terminal,
         "may_cancel": not state.is_terminal and (user.is_admin or job.username == user.username),
         "tasks": tasks_of(spec, attempts),
+        # Roles holding a share of a GPU: the share, shown beside the GPU's index.
+        "shares": {role.name: f"{role.resources.gpus:g}" for role in spec.tasks if role.resources.gpu_milli},
         "waiting": waiting(job, utcnow()),
         "timeline": timeline,
         "timeline_from_bus": from_bus,

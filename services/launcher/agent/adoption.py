@@ -32,5 +32,6 @@ def unwatched_task(row: asyncpg.Record, spec: JobSpec, state_dir: Path, job_work
         stop_reason=row["stop_reason"] if stopping else None,
         platform=row["stop_platform"] if stopping else None,
         memory_mb=next(r.resources.memory_mb for r in spec.tasks if r.name == role),
+        gpu_indices=tuple(row["gpu_indices"] or ()),
         output_dir=output_dir_of(spec, job_work_dir, role, index),
     )

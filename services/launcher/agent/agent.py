@@ -32,6 +32,7 @@ from services.launcher.agent.artifacts import (
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.event_files import EventFileCopies
 from services.launcher.agent.gpu_share.shares import GpuShares
+from services.launcher.agent.gpu_share.watch import OVER_LIMIT_PLATFORM
 from services.launcher.agent.mpi import ready_mpi_task
 from services.launcher.agent.probes import LIVENESS_PLATFORM, Probes
 from services.launcher.agent.processes import (
@@ -48,9 +49,10 @@ from services.launcher.agent.processes import (
 from services.launcher.agent.repository import NodeRepository
 from services.launcher.agent.sandbox.identities import IdentityProblem
 from services.launcher.agent.sandbox.sandbox import Sandbox
+from services.launcher.agent.started import report_started
 from services.launcher.agent.tasks import LiveOrWatched, Task
 from services.launcher.exit_codes import TaskEnd, classify, read_log_tail
-from services.launcher.reporting import exited_event, note_job_running, peers_of, started_events
+from services.launcher.reporting import exited_event, peers_of
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.events import Event, TaskAssigned, TaskStopRequested
@@ -62,7 +64,7 @@ from shared.telemetry import span_in_job_trace
 log = logging.getLogger(__name__)
 SOURCE = "corral/agent"
 # Stops the agent decides itself (not asked for by the platform): their reason stands alone.
-AGENTS_OWN_STOPS = frozenset({"max_runtime_exceeded", LIVENESS_PLATFORM})
+AGENTS_OWN_STOPS = frozenset({"max_runtime_exceeded", LIVENESS_PLATFORM, OVER_LIMIT_PLATFORM})
 
 
 class NodeAgent:
@@ -203,7 +205,7 @@ class NodeAgent:
         task_role = next(r for r in spec.tasks if r.name == role)
         env.update(self.shares.environment(task_role.resources, row["gpu_indices"]))
         cwd = self._work_dir / task.job_id
-        task.memory_mb = task_role.resources.memory_mb
+        task.memory_mb, task.gpu_indices = task_role.resources.memory_mb, tuple(row["gpu_indices"])
         if spec.inputs or spec.outputs:
             try:
                 env.update(await prepare_task(self._artifacts, task, spec, cwd))
@@ -232,7 +234,7 @@ class NodeAgent:
             return False
         task.pid = proc.pid
         ticks = process_start_ticks(proc.pid)
-        if not await self._report_started(task, ticks, str(task.log_path)):
+        if not await report_started(self._records, SOURCE, task, ticks, str(task.log_path)):
             # Declared lost (or settled by a newer agent) between our claim and the spawn:
             # it is no longer ours to run. Kill it and only reap it.
             log.warning("attempt %s was taken from this agent while starting; killing it", task.attempt_id)
@@ -251,23 +253,6 @@ class NodeAgent:
     async def _finish_sandbox(self, task: Task) -> None:
         if self._sandbox is not None:
             await sandboxed.take_down(self._sandbox, task)
-
-    async def _report_started(self, task: Task, ticks: int | None, log_path: str | None) -> bool:
-        """Record the process (RUNNING) and say so; False if the attempt is no longer ours."""
-        started, job_running = started_events(
-            SOURCE,
-            attempt_id=task.attempt_id,
-            job_id=task.job_id,
-            generation=task.generation,
-            node_id=self.node_id,
-            pid=task.pid,
-        )
-        changed = await self._records.mark_running(
-            task.attempt_id, task.pid, ticks, log_path, started, job_running
-        )
-        if changed is not None and changed["job_running"]:
-            note_job_running(changed["in_state_s"], changed["age_s"])
-        return changed is not None
 
     # --- watch and stop --------------------------------------------------------------
 
@@ -433,7 +418,7 @@ class NodeAgent:
             log.info("re-adopting running attempt %s (pid %s)", task.attempt_id, pid)
             task.pid = pid
             if state == "STARTING":
-                await self._report_started(task, ticks, None)
+                await report_started(self._records, SOURCE, task, ticks, None)
             self._watch(task, wait_adopted(pid, ticks, task.files), spec.max_runtime_s)
             self._follow(task, spec)
             return

@@ -17,6 +17,9 @@ The agent answers for its tasks' logs on ``corral.logs.<node>`` (``task_logs.py`
 API asks; no inbound port) and deletes those past the node's retention
 (``log_retention.py``). It serves exec and port-forward streams into its running tasks
 on ``corral.interactive.<node>.*`` the same way (``interactive/``: the API opens them).
+
+On a node whose GPUs are shared (``CORRAL_GPU_SHARING``), it checks that each task
+holding a share of a GPU keeps to it (``gpu_share/watch.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from pathlib import Path
 
 from services.launcher.agent.agent import SOURCE, NodeAgent
 from services.launcher.agent.artifacts import TaskArtifacts
+from services.launcher.agent.gpu_share.processes import open_reader
+from services.launcher.agent.gpu_share.shares import GpuShares
+from services.launcher.agent.gpu_share.watch import GpuShareWatch
 from services.launcher.agent.interactive.server import InteractiveServer
 from services.launcher.agent.repository import NodeDeadLetters, NodeLiveness, NodeRepository
 from services.launcher.agent.sandbox.sandbox import (
@@ -46,6 +52,7 @@ from shared.bus.identities import node_consumers
 from shared.bus.streams import JOBS
 from shared.db.credentials import SecretFileProblem, read_secret_file
 from shared.db.pool import Database
+from shared.gpu_sharing import FRACTION_MODES, GpuSharingSettings
 from shared.interactive.protocol import INTERACTIVE_QUEUE, open_subject
 from shared.node_logs import LOGS_QUEUE, logs_subject
 from shared.service import every, run_service, service_resources
@@ -164,8 +171,20 @@ async def _serve(
                 input_cache_dir(settings),
                 max_output_bytes=settings.artifacts.max_task_output_mb * 1024 * 1024,
             ),
+            shares=gpu_shares(),
         )
         interactive = InteractiveServer(res.bus.nc, node_id, agent, tg)
+        if agent.shares.reader is not None:
+            watch = GpuShareWatch(
+                agent.shares,
+                records(res.db).report_over_limit,
+                agent.stop,
+                node_id=node_id,
+                source=SOURCE,
+                grace_s=settings.agent.stop_grace_s,
+            )
+            interval_s = agent.shares.settings.check_interval_s
+            tg.create_task(every(interval_s, watch.check, "GPU share check"), name="gpu-shares")
         await agent.register(settings.agent.lease_s, isolation_detail)
         res.start_common_tasks(tg)
         tg.create_task(agent.hold_lease(settings.agent.lease_s), name="lease")
@@ -185,6 +204,14 @@ async def _serve(
             res.db, settings.log_dir, retention_hours, expired=records(res.db).expired_task_logs
         )
         tg.create_task(every(SWEEP_EVERY_S, retention.sweep, "log retention"), name="log-retention")
+
+
+def gpu_shares() -> GpuShares:
+    """The node's sharers and what reads its GPUs' processes: only where the node's mode
+    places fractions of a GPU (elsewhere no task holds a share, and nothing is read)."""
+    sharing = GpuSharingSettings()
+    reader = open_reader(sharing.processes_file) if sharing.mode in FRACTION_MODES else None
+    return GpuShares(sharing, reader)
 
 
 def input_cache_dir(settings: Settings) -> Path:

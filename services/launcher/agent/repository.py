@@ -4,12 +4,13 @@ functions (migration 0025), each called with the node's id and secret.
 The agent's database role (``corral_agent``) has no table privilege at all. Each
 function checks the secret against ``launcher.node_credentials``, then acts for that
 node's own attempts only: register and renew its lease, claim an attempt (with what its
-task needs: spec, secrets, peers), mark it running and ended, list its live attempts and
-their states, record a dead letter and its liveness. The events of a report are built
-here, as ``shared.outbox.outbox_row`` rows, and handed to the function, which checks
-they are about that attempt and node, writes them and NOTIFYs the launcher's relay
-(the agent relays nothing: it may not read the outbox). Ending an attempt NOTIFYs the
-launcher too, which decides the job (``services/launcher/attempt_ends.py``).
+task needs: spec, secrets, peers), mark it running and ended, tell of one over its share
+of a GPU, list its live attempts and their states, record a dead letter and its liveness.
+The events of a report are built here, as ``shared.outbox.outbox_row`` rows, and handed
+to the function, which checks they are about that attempt and node, writes them and
+NOTIFYs the launcher's relay (the agent relays nothing: it may not read the outbox).
+Ending an attempt NOTIFYs the launcher too, which decides the job
+(``services/launcher/attempt_ends.py``).
 
 Without a secret (``None``) the functions accept only a session that may change the
 attempts itself: a test or a tool running an agent as the owner.
@@ -27,7 +28,7 @@ import asyncpg
 from shared.bus.protocol import Delivery
 from shared.db.pool import Database
 from shared.db.queries import Queries
-from shared.events import JobRunning, TaskExited, TaskStarted
+from shared.events import JobRunning, TaskExited, TaskOverLimit, TaskStarted
 from shared.liveness import Liveness
 from shared.outbox import outbox_row
 
@@ -109,8 +110,18 @@ class NodeRepository:
         """Record a running task's readiness; False once it is not RUNNING any more."""
         return bool(await self.db.fetchval(SQL.set_readiness, *self._me, attempt_id, ready, detail))
 
+    async def report_over_limit(self, over: TaskOverLimit) -> bool:
+        """Tell of a sharing task over its share (``over``); False when its attempt is not
+        RUNNING here any more (nothing is written)."""
+        data = over.data
+        return bool(
+            await self.db.fetchval(
+                SQL.report_over_limit, *self._me, data.attempt_id, *outbox_row(over, data.job_id)
+            )
+        )
+
     async def live_attempts(self) -> list[asyncpg.Record]:
-        """The node's attempts ASSIGNED, STARTING or RUNNING, with their jobs' specs."""
+        """The node's attempts ASSIGNED, STARTING or RUNNING, with their jobs' specs and GPUs."""
         return await self.db.fetch(SQL.live_attempts, *self._me)
 
     async def attempt_state(self, attempt_id: str) -> str | None:

@@ -34,6 +34,7 @@ class Task:
     signalled: bool = False  # SIGTERM sent (a stop is signalled once, whoever asks)
     cgroup: TaskCgroup | None = None  # sandboxed: every process of the task
     memory_mb: int = 0
+    gpu_indices: tuple[int, ...] = ()  # the GPUs it holds, as the node numbers them
     output_dir: Path | None = None  # its job declares outputs: uploaded when it ends
     outputs_problem: str | None = None  # why its outputs could not be saved
 

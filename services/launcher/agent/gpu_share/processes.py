@@ -18,6 +18,7 @@ sharers go unchecked (the agent says so once).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -55,9 +56,17 @@ class NvmlProcesses:
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle(index)).total) // MIB
 
     def processes(self, index: int) -> list[tuple[int, int]]:
-        found = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle(index))
-        # usedGpuMemory is None where the driver cannot tell (some vGPU guests): 0 then.
-        return [(int(p.pid), int(p.usedGpuMemory or 0) // MIB) for p in found]
+        handle = self._handle(index)
+        found = list(self._nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        # Under MPS the clients are listed apart, each with its own memory (the compute
+        # list holds the MPS server); a driver without MPS answers NotSupported.
+        with contextlib.suppress(self._nvml.NVMLError_NotSupported, self._nvml.NVMLError_FunctionNotFound):
+            found += self._nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle)
+        memory: dict[int, int] = {}
+        for p in found:
+            # usedGpuMemory is None where the driver cannot tell (some vGPU guests): 0 then.
+            memory[int(p.pid)] = max(memory.get(int(p.pid), 0), int(p.usedGpuMemory or 0) // MIB)
+        return list(memory.items())
 
     def close(self) -> None:
         self._nvml.nvmlShutdown()
