@@ -17,7 +17,8 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from shared.job_io import NAME_PATTERN as NAME_PATTERN
 from shared.job_io import JobInput, JobOutput
@@ -85,12 +86,23 @@ def check_transition(current: JobState, target: JobState, actor: str) -> None:
         )
 
 
+def _a_number_of_gpus(value: object) -> object:
+    """A number, never ``true`` or ``"2"``: checked before the union of a whole number and a
+    fraction, so that a wrong type is one error on ``gpus`` rather than one per member."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError(
+            "gpu_count_type",
+            "Input should be a number of GPUs: a whole number, or a fraction of one such as 0.5",
+        )
+    return value
+
+
 class Resources(BaseModel):
     """Per-instance resources."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    gpus: Integer | float = Field(
+    gpus: Annotated[Integer | float, BeforeValidator(_a_number_of_gpus)] = Field(
         default=0,
         ge=0,
         le=MAX_GPUS_PER_INSTANCE,

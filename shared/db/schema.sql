@@ -243,6 +243,25 @@ BEGIN
     VALUES (p_consumer, p_subject, p_stream_seq, left(p_reason, 4000), p_payload, p_headers);
 END
 $$;
+CREATE FUNCTION launcher.node_record_gpu_use(p_node text, p_secret text, p_attempts text[], p_used_mb integer[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    changed integer;
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_used_mb) THEN
+        RAISE EXCEPTION 'one use per attempt' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE launcher.attempts a
+    SET gpu_memory_used_mb = u.used_mb, gpu_memory_read_at = now()
+    FROM unnest(p_attempts, p_used_mb) AS u(attempt_id, used_mb)
+    WHERE a.id = u.attempt_id AND a.node_id = p_node AND a.state = 'RUNNING' AND u.used_mb >= 0;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    RETURN changed;
+END
+$$;
 CREATE FUNCTION launcher.node_register(p_node text, p_secret text, p_lease_s double precision, p_isolation text, p_isolation_detail text, p_machine_cpus integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -795,7 +814,10 @@ CREATE TABLE launcher.attempts (
     ready boolean DEFAULT false NOT NULL,
     ready_detail text DEFAULT ''::text NOT NULL,
     ready_changed_at timestamp with time zone,
+    gpu_memory_used_mb integer,
+    gpu_memory_read_at timestamp with time zone,
     CONSTRAINT attempts_classification_check CHECK ((classification = ANY (ARRAY['transient'::text, 'permanent'::text, 'unknown'::text]))),
+    CONSTRAINT attempts_gpu_memory_used_mb_check CHECK ((gpu_memory_used_mb >= 0)),
     CONSTRAINT attempts_ready_detail_check CHECK ((length(ready_detail) <= 500)),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['ASSIGNED'::text, 'STARTING'::text, 'RUNNING'::text, 'EXITED'::text, 'LOST'::text])))
 );

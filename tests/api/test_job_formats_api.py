@@ -115,6 +115,7 @@ async def test_an_openpai_v2_job_maps_to_the_native_spec(client: httpx.AsyncClie
     assert (master["name"], master["instances"], master["image"]) == ("master", 1, "python:3.12-slim")
     assert master["resources"] == {
         "gpus": 1,
+        "gpu_memory_mb": None,
         "cpus": 4.0,
         "memory_mb": 8192,
         "gpu_type": "H100",

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pytest
 from prometheus_client import REGISTRY
 
+from services.api.jobs.repository import JobRepository
 from services.launcher.agent.adoption import unwatched_task
 from services.launcher.agent.agent import SOURCE, NodeAgent
 from services.launcher.agent.gpu_share.processes import ScriptedProcesses
@@ -112,7 +113,13 @@ async def sharing_agent(
         await agent.register(lease_s=30)
         records = NodeRepository(db, NODE, None)
         watch = GpuShareWatch(
-            shares, records.report_over_limit, agent.stop, node_id=NODE, source=SOURCE, grace_s=2.0
+            shares,
+            records.report_over_limit,
+            agent.stop,
+            node_id=NODE,
+            source=SOURCE,
+            grace_s=2.0,
+            record_use=records.record_gpu_use,
         )
         yield agent, watch
         agent.fence_all("the test ended")
@@ -245,6 +252,37 @@ async def test_each_task_is_charged_its_own_processes_only(db: Database, tmp_pat
         task = agent.task(first)
         assert task is not None
         assert not task.signalled  # the other sharer runs on
+
+
+async def test_each_sharers_use_is_recorded_on_its_attempt_when_it_moves(
+    db: Database, tmp_path: Path
+) -> None:
+    job_id, attempt_id = await share_attempt(db, WRITES_ITS_PID)
+    gpu = Gpu0(tmp_path / "gpu-processes.json")
+
+    async def recorded() -> tuple[int | None, object]:
+        row = await db.fetchrow(
+            "SELECT gpu_memory_used_mb, gpu_memory_read_at FROM launcher.attempts WHERE id = $1", attempt_id
+        )
+        assert row is not None
+        return row["gpu_memory_used_mb"], row["gpu_memory_read_at"]
+
+    async with sharing_agent(db, tmp_path, "warn") as (agent, watch):
+        await agent.start_attempt(attempt_id)
+        pid = await pid_written(tmp_path / "work" / job_id)
+        assert (await recorded())[0] is None  # never read yet
+        gpu.uses((pid, 12000))
+        await watch.check()
+        used, first_read = await recorded()
+        assert used == 12000
+        gpu.uses((pid, 12040))  # moved by less than 64 MiB: the row is left as it is
+        await watch.check()
+        assert await recorded() == (12000, first_read)
+        gpu.uses((pid, 20000))
+        await watch.check()
+        assert (await recorded())[0] == 20000
+        [attempt] = await JobRepository(db).attempts_of_job(job_id)  # what the API and the portal read
+        assert attempt.gpu_memory_used_mb == 20000
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")

@@ -132,6 +132,7 @@ EXPECTED: dict[str, tuple[str, str, str, str, str, str]] = {
     "launcher.node_mark_exited()":      ("",     "",     "",     "",     "",     "X"),
     "launcher.node_mark_running()":     ("",     "",     "",     "",     "",     "X"),
     "launcher.node_record_dead_letter()": ("",   "",     "",     "",     "",     "X"),
+    "launcher.node_record_gpu_use()":   ("",     "",     "",     "",     "",     "X"),
     "launcher.node_register()":         ("",     "",     "",     "",     "",     "X"),
     "launcher.node_renew_lease()":      ("",     "",     "",     "",     "",     "X"),
     "launcher.node_report_over_limit()": ("",    "",     "",     "",     "",     "X"),

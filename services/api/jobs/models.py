@@ -31,6 +31,11 @@ class AttemptView(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    gpu_memory_used_mb: int | None = Field(
+        default=None,
+        description="a task holding a share of a GPU: the GPU memory its processes use (MiB), as its node "
+        "last read it; null otherwise",
+    )
 
 
 class PendingView(BaseModel):

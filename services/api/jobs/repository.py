@@ -78,6 +78,7 @@ class AttemptRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    gpu_memory_used_mb: int | None = None  # a sharer's use of its GPU, as its node last read it
 
 
 @dataclass(frozen=True, slots=True)

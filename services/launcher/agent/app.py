@@ -182,6 +182,7 @@ async def _serve(
                 node_id=node_id,
                 source=SOURCE,
                 grace_s=settings.agent.stop_grace_s,
+                record_use=records(res.db).record_gpu_use,
             )
             interval_s = agent.shares.settings.check_interval_s
             tg.create_task(every(interval_s, watch.check, "GPU share check"), name="gpu-shares")

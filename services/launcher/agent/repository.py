@@ -110,6 +110,14 @@ class NodeRepository:
         """Record a running task's readiness; False once it is not RUNNING any more."""
         return bool(await self.db.fetchval(SQL.set_readiness, *self._me, attempt_id, ready, detail))
 
+    async def record_gpu_use(self, used_mb: dict[str, int]) -> int:
+        """Record what these running sharers use of their GPU's memory (MiB, by attempt);
+        how many rows changed (an attempt not RUNNING here any more is left alone)."""
+        attempts = sorted(used_mb)
+        return int(
+            await self.db.fetchval(SQL.record_gpu_use, *self._me, attempts, [used_mb[a] for a in attempts])
+        )
+
     async def report_over_limit(self, over: TaskOverLimit) -> bool:
         """Tell of a sharing task over its share (``over``); False when its attempt is not
         RUNNING here any more (nothing is written)."""

@@ -74,7 +74,7 @@ LIMIT $10;
 -- name: attempts_of_job
 SELECT id, generation, task_role, task_index, attempt_no, node_id, host, ports, gpu_indices, state,
        exit_code, signal, reason, classification, stop_reason, log_path, created_at, started_at,
-       finished_at
+       finished_at, gpu_memory_used_mb
 FROM launcher.attempts WHERE job_id = $1
 ORDER BY task_role, task_index, attempt_no;
 

@@ -18,7 +18,10 @@ attempt fails, classified ``gpu_over_limit``, permanent, its reason saying how m
 used of what share) or left running (``warn``). The check is after the fact: between
 two checks a task may hold more than its share, and a sharer whose allocation failed
 meanwhile fails on its own. Each sharer's use and share are gauges
-(``corral_agent_gpu_share_used_bytes``, ``..._limit_bytes``), while it runs.
+(``corral_agent_gpu_share_used_bytes``, ``..._limit_bytes``), while it runs; its use is
+also recorded on its attempt (``launcher.node_record_gpu_use``, migration 0038) whenever
+it has moved by more than ``RECORD_MOVE_MB`` or ``RECORD_MOVE_SHARE`` of itself, for the
+API and the portal to show beside its share.
 
 Which task a process is (NVML reports the host's pids; the agent runs in the host's pid
 namespace):
@@ -63,7 +66,12 @@ log = logging.getLogger(__name__)
 OVER_LIMIT_PLATFORM = "gpu_over_limit"
 
 ReportOverLimit = Callable[[TaskOverLimit], Awaitable[bool]]
+RecordUse = Callable[[dict[str, int]], Awaitable[int]]
 StopTask = Callable[..., None]
+# A sharer's use is recorded (for the API and the portal) when it has moved by more than
+# this many MiB or this share of itself: about as often as its allocations change.
+RECORD_MOVE_MB = 64
+RECORD_MOVE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,7 @@ class GpuShareWatch:
         node_id: str,
         source: str,
         grace_s: float,
+        record_use: RecordUse | None = None,
     ) -> None:
         self._shares = shares
         self._report = report
@@ -163,6 +172,8 @@ class GpuShareWatch:
         self._node_id = node_id
         self._source = source
         self._grace_s = grace_s
+        self._record_use = record_use
+        self._recorded: dict[str, int] = {}  # each sharer's use (MiB) as last recorded
         self._told: set[str] = set()  # attempts whose over_limit is written
         self._shown: dict[str, tuple[str, str, str]] = {}  # each sharer's gauges' labels
 
@@ -173,6 +184,7 @@ class GpuShareWatch:
         running = set(self._shares.sharers)
         self._told &= running
         self._show(uses, running)
+        await self._record(uses, running)
         for use in uses:
             if use.over and use.task.attempt_id not in self._told:
                 await self._act(use)
@@ -203,6 +215,26 @@ class GpuShareWatch:
             log.warning("could not tell of %s over its GPU share (%s); trying again", task.attempt_id, exc)
         if kill:
             self._stop(task.attempt_id, use.reason(), self._grace_s, platform=OVER_LIMIT_PLATFORM)
+
+    async def _record(self, uses: list[ShareUse], running: set[str]) -> None:
+        """Record the uses that moved since last recorded (``RECORD_MOVE_*``)."""
+        self._recorded = {a: used for a, used in self._recorded.items() if a in running}
+        if self._record_use is None:
+            return
+        moved = {}
+        for use in uses:
+            before = self._recorded.get(use.task.attempt_id)
+            if before is None or abs(use.used_mb - before) > max(RECORD_MOVE_MB, before * RECORD_MOVE_SHARE):
+                moved[use.task.attempt_id] = use.used_mb
+        if not moved:
+            return
+        try:
+            await self._record_use(moved)
+        except DATABASE_ERRORS as exc:  # the next check records it
+            raise_if_cancelling()
+            log.warning("could not record the GPU use of %d sharer(s) (%s)", len(moved), exc)
+            return
+        self._recorded.update(moved)
 
     def _show(self, uses: list[ShareUse], running: set[str]) -> None:
         for use in uses:

@@ -41,6 +41,10 @@ SELECT * FROM launcher.node_expired_task_logs($1, $2, $3, $4, $5, $6, $7);
 -- Whether a running service task passes its readiness probe (services/launcher/agent/probes.py).
 SELECT launcher.node_set_readiness($1, $2, $3, $4, $5);
 
+-- name: record_gpu_use
+-- What sharing tasks use of their GPU's memory, several at once (gpu_share/watch.py).
+SELECT launcher.node_record_gpu_use($1, $2, $3, $4);
+
 -- name: report_over_limit
 -- A sharing task over its share of a GPU's memory (services/launcher/agent/gpu_share/watch.py).
 SELECT launcher.node_report_over_limit($1, $2, $3, $4, $5, $6, $7, $8, $9);
