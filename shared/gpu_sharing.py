@@ -114,11 +114,18 @@ def mode_refusal(
     simulated: bool,
     mig_enabled: bool,
     gpu_types: Collection[str] = (),
+    fault: str = "",
     which: Callable[[str], str | None] = shutil.which,
 ) -> str:
     """Why this node cannot share its GPUs in ``mode`` ("" when it can): the tool the mode
     relies on is missing, or the GPUs cannot do it. ``gpu_types``: the types of the GPUs
     the node reports (its MIG devices', in ``mig`` mode)."""
+    if mig_enabled and mode != "mig":
+        # A GPU in MIG mode is reported as its MIG devices, which only a mig pool offers.
+        return (
+            f"GPU sharing mode {mode}: GPUs of this node are in MIG mode, and are offered only as MIG "
+            "devices; set CORRAL_GPU_SHARING=mig, or turn MIG off (nvidia-smi -mig 0, a GPU reset)"
+        )
     if mode in ("none", "timeslice"):
         return ""
     fix = "set CORRAL_GPU_SHARING=timeslice (no enforcement but the agent's check) or none"
@@ -140,6 +147,8 @@ def mode_refusal(
         return ""
     if not mig_enabled:
         why = "simulated GPUs have no MIG devices" if simulated else "no GPU of this node is in MIG mode"
+        if fault:
+            why = f"this node's GPUs cannot be read ({fault})"
         return (
             f"GPU sharing mode mig: {why} (enable it with nvidia-smi -mig 1, which needs a GPU reset, "
             f"and create the instances); {fix}"

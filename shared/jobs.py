@@ -145,12 +145,12 @@ class Resources(BaseModel):
         if isinstance(gpus, int) or gpus.is_integer():
             return int(gpus)
         milli = gpus * 1000
-        if gpus > 1 or abs(milli - round(milli)) > 1e-6 or round(milli) < 1:
+        if abs(milli - round(milli)) > 1e-6 or not 1 <= round(milli) <= 999:
             raise ValueError(
                 f"a task asks for whole GPUs or a fraction of one (0.001 to 0.999), not {gpus}; "
                 "a task that needs more than one GPU asks for whole GPUs"
             )
-        return gpus
+        return round(milli) / 1000  # as it is counted: 0.1 * 3 is stored as 0.3
 
     @model_validator(mode="after")
     def _gpu_memory_with_a_fraction(self) -> Resources:

@@ -134,10 +134,7 @@ class _Planner:
         self.result = Plan()
         self.tally = Tally.of(running)
         self.cluster_gpus = sum(node.total_gpus for node in nodes if node.total_gpus > 0)
-        # Jobs holding shares of GPUs are never victims (nor counted on in reservations): a
-        # what-if would give back a share, and no whole-GPU job can use a share.
-        whole = [r for r in running if not r.shares]
-        self.victims = VictimFinder(self.index, whole, settings, self.cluster_gpus)
+        self.victims = VictimFinder(self.index, running, settings, self.cluster_gpus)
         # Gang shapes that found no place and no victims this cycle: the same shape cannot
         # fare better later in the cycle (GPUs are only taken, searches only used up),
         # so the next job of that shape goes straight to its reason.
@@ -165,7 +162,9 @@ class _Planner:
         return cluster.quota.get(gpu_type, 0) if cluster else 0
 
     def headroom(self, job: PendingJob, gpu_type: str) -> float:
-        return self.quota(job.vc, gpu_type) - self.tally.guaranteed.get((job.vc, gpu_type), 0)
+        # Rounded to the thousandths shares are counted in, so that float dust never makes
+        # a share that fits the quota exactly seem not to.
+        return round(self.quota(job.vc, gpu_type) - self.tally.guaranteed.get((job.vc, gpu_type), 0), 3)
 
     def candidate_types(self, job: PendingJob) -> list[str]:
         return [job.gpu_type] if job.gpu_type is not None else self.index.types()
@@ -246,10 +245,10 @@ class _Planner:
         limit = cluster.max_gpus_per_user if cluster else None
         if limit is not None and job.gpus:
             in_use = self.tally.per_user.get((job.vc, job.user), 0)
-            if in_use + job.gpus > limit:
+            if round(in_use + job.gpus, 3) > limit:
                 return "UserLimit", (
-                    f"user {job.user} holds {in_use} GPUs in virtual cluster {job.vc}, whose limit per"
-                    f" user is {limit}; this job needs {job.gpus} more"
+                    f"user {job.user} holds {in_use:g} GPUs in virtual cluster {job.vc}, whose limit per"
+                    f" user is {limit}; this job needs {job.gpus:g} more"
                 )
         if job.gpus == 0:
             if self.try_place(job, "", borrowed=False):
@@ -405,7 +404,7 @@ class _Planner:
         types = [t for t in self.candidate_types(job) if self.index.largest(t)]
         if not types:
             kind = f" of type {job.gpu_type}" if job.gpu_type else ""
-            if job.widest <= self.largest_unready:
+            if max(job.widest, int(job.shares)) <= self.largest_unready:  # (a share needs one GPU)
                 return (
                     "NodesUnhealthy",
                     f"no ready node has GPUs{kind}; some nodes are drained or unreachable",

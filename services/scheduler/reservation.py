@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from services.scheduler.model import PendingJob, RunningJob
 from services.scheduler.node_index import NodeIndex
 from services.scheduler.placement import place_gang, unplace
+from services.scheduler.what_if import Given, give_back, take_again
 
 
 @dataclass
@@ -52,15 +53,12 @@ def find_reservation(
         if r.job_id not in claimed
     ]
     heapq.heapify(releases)
-    given: list[tuple[str, tuple[int, ...]]] = []
+    given: list[Given] = []
     start_s = 0.0
     placements = None
     while releases:
         running = running_of_type[heapq.heappop(releases)[3]]
-        for node_id, gpus in running.slices:
-            if node_id in index.nodes:
-                index.give(node_id, gpus)
-                given.append((node_id, gpus))
+        given.extend(give_back(index, running))
         remaining = (
             (running.max_runtime_s - running.runtime_s) if running.max_runtime_s is not None else math.inf
         )
@@ -70,11 +68,10 @@ def find_reservation(
             break
     if placements is not None:
         unplace(index, job, placements)
-    for node_id, gpus in given:
-        index.take_exact(node_id, gpus)
+    take_again(index, given)
     if placements is None:
         return None
-    busy = {(node_id, g) for node_id, gpus in given for g in gpus}
+    busy = {(node_id, g) for node_id, gpus, _ in given for g in gpus}
     withheld: dict[str, list[int]] = {}
     for placement in placements:
         node_id = placement.node_id

@@ -4,7 +4,7 @@ from the running jobs; grows with each placement."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from services.scheduler.model import RunningJob
@@ -17,14 +17,15 @@ class Tally:
     borrowed: dict[str, float] = field(default_factory=dict)  # vc -> GPUs
 
     def add(self, vc: str, user: str, gpu_type: str, gpus: float, borrowed: bool) -> None:
+        # Rounded to thousandths (what shares are counted in): sums stay exact.
         if borrowed:
-            self.borrowed[vc] = self.borrowed.get(vc, 0) + gpus
+            self.borrowed[vc] = round(self.borrowed.get(vc, 0) + gpus, 3)
         else:
-            self.guaranteed[(vc, gpu_type)] = self.guaranteed.get((vc, gpu_type), 0) + gpus
-        self.per_user[(vc, user)] = self.per_user.get((vc, user), 0) + gpus
+            self.guaranteed[(vc, gpu_type)] = round(self.guaranteed.get((vc, gpu_type), 0) + gpus, 3)
+        self.per_user[(vc, user)] = round(self.per_user.get((vc, user), 0) + gpus, 3)
 
     @classmethod
-    def of(cls, running: Iterable[RunningJob]) -> Tally:
+    def of(cls, running: Sequence[RunningJob]) -> Tally:
         """What the running jobs hold (``add`` for each, inlined: thousands every cycle)."""
         guaranteed: dict[tuple[str, str], float] = {}
         per_user: dict[tuple[str, str], float] = {}
@@ -38,4 +39,13 @@ class Tally:
                 guaranteed[key] = guaranteed.get(key, 0) + gpus
             user = (vc, job.user)
             per_user[user] = per_user.get(user, 0) + gpus
-        return cls(guaranteed, per_user, borrowed)
+        tally = cls(guaranteed, per_user, borrowed)
+        return tally.rounded() if any(job.shares for job in running) else tally
+
+    def rounded(self) -> Tally:
+        """The sums to thousandths, what shares are counted in: no float dust."""
+        return Tally(
+            {k: round(v, 3) for k, v in self.guaranteed.items()},
+            {k: round(v, 3) for k, v in self.per_user.items()},
+            {k: round(v, 3) for k, v in self.borrowed.items()},
+        )

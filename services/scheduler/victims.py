@@ -26,6 +26,7 @@ from services.scheduler.model import PendingJob, PlanSettings, RunningJob
 from services.scheduler.moves import choose_movers, could_make_room
 from services.scheduler.node_index import NodeIndex
 from services.scheduler.placement import place_gang, unplace
+from services.scheduler.what_if import give_back, share_fits, take_again
 
 # reclaim: a guaranteed job takes back borrowed GPUs; own_vc: a job within its VC's quota
 # preempts lower-priority jobs of its VC; priority: lower-priority borrowed jobs anywhere;
@@ -130,7 +131,7 @@ class VictimFinder:
         if by_node is None:
             by_node = self._on_node[gpu_type] = {}
             for running in self.running_on.get(gpu_type, ()):
-                if len(running.slices) == 1:
+                if len(running.slices) == 1 and not running.shares:  # a share is never moved
                     by_node.setdefault(running.slices[0][0], []).append(running)
         return by_node
 
@@ -221,27 +222,23 @@ class VictimFinder:
         self.searches += 1
         gap = quota_gap
         chosen: list[Candidate] = []
-        given: list[tuple[str, tuple[int, ...]]] = []
+        given: list[tuple[str, tuple[int, ...], int]] = []  # (node, GPUs, share): what-if only
         freed_quota = 0.0
         placements = None
         for candidate in itertools.islice(
             self.candidates(job, gpu_type, rule, level), self.settings.max_victims_examined
         ):
             chosen.append(candidate)
-            for node_id, gpus in candidate.job.slices:
-                if node_id in self.index.nodes and gpus:
-                    self.index.give(node_id, gpus)
-                    given.append((node_id, gpus))
+            given.extend(give_back(self.index, candidate.job))
             if candidate.job.vc == job.vc and not candidate.job.borrowed:
                 freed_quota += candidate.job.gpus
-            if freed_quota >= gap:
+            if round(freed_quota, 3) >= gap:  # (shares count in thousandths: no float dust)
                 placements = place_gang(job, self.index, gpu_type)
                 if placements is not None:
                     break
         if placements is not None:
             unplace(self.index, job, placements)
-        for node_id, gpus in given:
-            self.index.take_exact(node_id, gpus)
+        take_again(self.index, given)
         if placements is None:
             return None
         # Keep only the victims the placement uses (and those the quota needs), then hold
@@ -258,6 +255,12 @@ class VictimFinder:
         victim_gpus = {(node, g) for c in needed for node, gpus in c.job.slices for g in gpus}
         for placement in placements:
             held = [g for g in placement.gpu_indices if (placement.node_id, g) not in victim_gpus]
-            if held:
+            if not held:
+                continue
+            if placement.gpu_milli:
+                # A share on a GPU no victim holds had room without them: keep it for the job.
+                if share_fits(self.index, placement.node_id, held[0], placement.gpu_milli):
+                    self.index.take_share(placement.node_id, held[0], placement.gpu_milli)
+            else:
                 self.index.take_exact(placement.node_id, held)
         return needed

@@ -59,6 +59,7 @@ async def test_bad_fractions_are_refused_saying_what_to_ask(client: httpx.AsyncC
     cases: list[tuple[dict[str, object], str]] = [
         ({"gpus": 1.5}, "a task asks for whole GPUs or a fraction of one (0.001 to 0.999), not 1.5"),
         ({"gpus": 0.0004}, "a task asks for whole GPUs or a fraction of one (0.001 to 0.999), not 0.0004"),
+        ({"gpus": 0.9999999999}, "a task asks for whole GPUs or a fraction of one (0.001 to 0.999)"),
         ({"gpus": 2, "gpu_memory_mb": 1000}, "gpu_memory_mb is for a fraction of a GPU (gpus below 1)"),
         ({"gpus": "0.5"}, "gpus"),
         ({"gpus": True}, "gpus"),

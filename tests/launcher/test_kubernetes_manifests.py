@@ -35,6 +35,10 @@ LAUNCHES = {
     "max-runtime": dataclasses.replace(TASK_LAUNCH, max_runtime_s=7200),
     "odd-role-name": dataclasses.replace(TASK_LAUNCH, task_role="param_server" + "x" * 52, task_index=1023),
     "no-rendezvous": dataclasses.replace(TASK_LAUNCH, env={"FOO": "bar"}),
+    "share": dataclasses.replace(TASK_LAUNCH, gpus=1, gpu_indices=(0,), gpu_milli=250),
+    "share-with-memory": dataclasses.replace(
+        TASK_LAUNCH, gpus=1, gpu_indices=(0,), gpu_milli=500, gpu_memory_mb=20000
+    ),
 }
 SETTINGS_VARIANTS = {
     "affinity": SETTINGS,
@@ -84,6 +88,17 @@ def test_gpu_and_cpu_resources() -> None:
     env = {e["name"]: e["value"] for e in no_gpu["env"]}
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # CUDA images default to all GPUs
+
+
+def test_a_share_of_a_gpu_asks_for_hamis_resources() -> None:
+    limits = pod_manifest(LAUNCHES["share"], SETTINGS)["spec"]["containers"][0]["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["nvidia.com/gpucores"]) == ("1", "25")
+    assert limits["nvidia.com/gpumem-percentage"] == "25"  # its fraction of the memory, by default
+    asked = pod_manifest(LAUNCHES["share-with-memory"], SETTINGS)["spec"]["containers"][0]["resources"][
+        "limits"
+    ]
+    assert (asked["nvidia.com/gpucores"], asked["nvidia.com/gpumem"]) == ("50", "20000")
+    assert "nvidia.com/gpumem-percentage" not in asked
 
 
 def test_ports_runtime_and_node_binding() -> None:
@@ -160,5 +175,8 @@ def test_a_pod_gets_the_sandbox_promises() -> None:
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
         assert mounts == {"/work", "/tmp", "/dev/shm"}
         assert container["workingDir"] == "/work"
-        limits = {k: v for k, v in container["resources"]["limits"].items() if k != "nvidia.com/gpu"}
+        # (extended resources, the GPU and HAMi's, are asked as limits: requests follow them)
+        limits = {
+            k: v for k, v in container["resources"]["limits"].items() if not k.startswith("nvidia.com/")
+        }
         assert container["resources"]["requests"] == limits

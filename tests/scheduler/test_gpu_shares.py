@@ -121,7 +121,7 @@ def test_quotas_count_shares_as_fractions() -> None:
     ]
 
 
-def test_running_shares_count_against_the_quota_and_are_never_preempted_for_whole_gpus() -> None:
+def test_running_shares_count_against_the_quota_and_a_borrowed_one_is_reclaimed() -> None:
     vcs = {"team": VirtualCluster("team", {"H100": 1}), "other": VirtualCluster("other", {})}
     nodes = [_node("n1", gpus=1, shares={0: 500})]
     share = RunningJob(
@@ -132,7 +132,8 @@ def test_running_shares_count_against_the_quota_and_are_never_preempted_for_whol
         [PendingJob("whole", 1, 5, (TaskDemand("w", 1, 1),), vc="team")], nodes, running=[share], vcs=vcs
     )
     assert not result.decisions
-    assert not result.preemptions
+    assert [p.job_id for p in result.preemptions] == ["s"]  # the team's quota is its own
+    assert nodes[0].shares == {0: 500}
 
 
 async def test_a_cycle_writes_shares_and_the_next_reads_them_back(db: Database) -> None:

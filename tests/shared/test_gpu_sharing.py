@@ -90,6 +90,27 @@ def test_mig_is_refused_without_mig_devices_or_with_mixed_profiles() -> None:
     assert "several profiles (H100-1G.10GB, H100-3G.40GB)" in mixed
 
 
+@pytest.mark.parametrize("mode", ["none", "timeslice", "mps", "hami"])
+def test_gpus_in_mig_mode_are_offered_only_by_a_mig_pool(mode: str) -> None:
+    refusal = _refusal(mode, mig=True, which=lambda name: f"/usr/bin/{name}")
+    assert f"GPU sharing mode {mode}: GPUs of this node are in MIG mode" in refusal
+    assert "set CORRAL_GPU_SHARING=mig, or turn MIG off" in refusal
+
+
+def test_mig_on_unreadable_gpus_says_they_cannot_be_read() -> None:
+    refusal = _refusal("mig", fault="NVML: driver not loaded")
+    assert "this node's GPUs cannot be read (NVML: driver not loaded)" in refusal
+
+
+def test_an_agent_on_a_mig_pool_refuses_to_start_a_task_on_a_mig_device() -> None:
+    from services.launcher.agent.gpu_share.shares import GpuShares
+
+    mig = GpuShares(GpuSharingSettings(CORRAL_GPU_SHARING="mig"), None)
+    assert "cannot yet give a task one" in mig.start_problem([0])
+    assert mig.start_problem([]) == ""  # a GPU-less task runs
+    assert GpuShares(GpuSharingSettings(CORRAL_GPU_SHARING="timeslice"), None).start_problem([0]) == ""
+
+
 def test_the_mode_is_read_from_corral_gpu_sharing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_GPU_SHARING", "hami")
     monkeypatch.setenv("CORRAL_GPU_SHARING_OVER_LIMIT", "warn")

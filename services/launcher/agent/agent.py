@@ -204,6 +204,10 @@ class NodeAgent:
         )
         task_role = next(r for r in spec.tasks if r.name == role)
         env.update(self.shares.environment(task_role.resources, row["gpu_indices"]))
+        if problem := self.shares.start_problem(row["gpu_indices"]):
+            task.platform = "start_failed"
+            await self.report_exit(task, Exit(None, None, f"could not start the task: {problem}"))
+            return False
         cwd = self._work_dir / task.job_id
         task.memory_mb, task.gpu_indices = task_role.resources.memory_mb, tuple(row["gpu_indices"])
         if spec.inputs or spec.outputs:

@@ -61,6 +61,7 @@ CONTAINER_NAME = "task"
 GPU_RESOURCE = "nvidia.com/gpu"
 HAMI_CORES = "nvidia.com/gpucores"  # HAMi's device plugin: percent of a shared GPU's cores
 HAMI_MEMORY = "nvidia.com/gpumem"  # and MiB of its memory
+HAMI_MEMORY_PERCENT = "nvidia.com/gpumem-percentage"  # or a percentage of it
 
 
 class ManifestError(ValueError):
@@ -122,9 +123,12 @@ def _resources(launch: TaskLaunch) -> Manifest:
     if launch.gpu_milli:
         # A share of a GPU as HAMi's device plugin takes it (one GPU, a percentage of its
         # cores, its memory in MiB): Kubernetes itself counts GPUs only whole.
-        limits[HAMI_CORES] = str(max(1, -(-launch.gpu_milli // 10)))
+        percent = str(max(1, -(-launch.gpu_milli // 10)))
+        limits[HAMI_CORES] = percent
         if launch.gpu_memory_mb is not None:
             limits[HAMI_MEMORY] = str(launch.gpu_memory_mb)
+        else:  # its fraction of the GPU's memory, as on a node agent's pool
+            limits[HAMI_MEMORY_PERCENT] = percent
     return {"requests": amounts, "limits": limits}
 
 

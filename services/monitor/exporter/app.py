@@ -22,7 +22,7 @@ from shared.bus.nats import NatsBus
 from shared.events import NodeTelemetry
 from shared.events.nodes import NodeTelemetryData
 from shared.gpu_sharing import GpuSharingSettings, mode_refusal
-from shared.gpu_types import gpu_type_of
+from shared.gpu_types import gpu_type_of, mig_profile_of
 from shared.service import Health, run_service, serve_health
 from shared.telemetry import setup_telemetry, shutdown_telemetry
 
@@ -104,9 +104,16 @@ def main() -> int:
     sharing = GpuSharingSettings()
     # A mode whose tool this node lacks is refused here, before the node announces itself:
     # fractions that nothing enforces must not be placed on it.
-    types = {gpu_type_of(gpu.model) for gpu in backend.sample()} if sharing.mode == "mig" else set()
+    # (a lost GPU's "unknown" model is no profile of its own)
+    samples = backend.sample() if sharing.mode == "mig" else []
+    types = {gpu_type_of(gpu.model) for gpu in samples if mig_profile_of(gpu.model)}
     refusal = mode_refusal(
-        sharing.mode, sharing, simulated=backend.simulated, mig_enabled=mig_enabled(backend), gpu_types=types
+        sharing.mode,
+        sharing,
+        simulated=backend.simulated,
+        mig_enabled=mig_enabled(backend),
+        gpu_types=types,
+        fault=backend.fault,
     )
     if refusal:
         backend.close()

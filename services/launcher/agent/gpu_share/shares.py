@@ -34,6 +34,18 @@ class GpuShares:
         """The GPU memory a share of this GPU may use."""
         return share_memory_mb(resources.gpu_milli, resources.gpu_memory_mb, self.memory_total_mb(gpu_index))
 
+    def start_problem(self, gpu_indices: Sequence[int]) -> str:
+        """Why a task given these GPUs cannot start on this node ("" when it can)."""
+        if self.settings.mode == "mig" and gpu_indices:
+            # Placed on MIG devices by type, but a MIG device is reached by its MIG UUID and the
+            # parent's capability device nodes, which this agent does not give a task yet: run
+            # on the parent's index, the task would get the wrong GPU, or none.
+            return (
+                "this node's GPUs are MIG devices, and its agent cannot yet give a task one (their "
+                "MIG UUIDs and capability devices are not wired); run it on a node pool without MIG"
+            )
+        return ""
+
     def environment(self, resources: Resources, gpu_indices: Sequence[int]) -> dict[str, str]:
         """The share's variables for a task holding one ({} for whole GPUs)."""
         if not resources.gpu_milli or len(gpu_indices) != 1:
