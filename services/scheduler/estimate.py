@@ -75,7 +75,8 @@ def estimate_starts(
         start: float | None
         if reason == "WaitingForPreemption":
             start = 0.0
-        elif reason in NO_ESTIMATE:
+        elif reason in NO_ESTIMATE or job.shares:
+            # (a share waits for room on a shared GPU, which whole GPUs coming free say nothing of)
             start = None
         else:
             kind = pools.get(job.gpu_type or ANY_TYPE) or pool(job.gpu_type or ANY_TYPE)

@@ -67,3 +67,11 @@ def test_a_share_of_a_type_no_ready_node_has_does_not_blame_unhealthy_nodes() ->
     [waiting] = result.waiting
     assert waiting.reason == "GangDoesNotFit"
     assert "no ready node has GPUs of type A100" in waiting.detail
+
+
+def test_a_waiting_share_gets_no_estimated_start() -> None:
+    not_sharing = NodeCapacity("x", [0, 1], gpu_type="H100")
+    result = plan([PendingJob("p", 1, 0, (task_demand("w", 1, 0.5),))], [not_sharing])
+    [waiting] = result.waiting
+    assert "no ready node pool shares its GPUs" in waiting.detail
+    assert waiting.estimated_start_s is None  # two whole GPUs free say nothing of when it runs
