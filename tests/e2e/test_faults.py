@@ -178,7 +178,12 @@ async def test_node_agent_killed_mid_task_re_adopts_it_instead_of_relaunching(
         job = await wait_state(http, job_id, {"RUNNING"})
         old = stack.kill("agent")
         await stack.wait_restarted("agent", old)
-        await asyncio.sleep(1.5)  # the new agent's reconcile pass re-adopts the task
+        # Released only once the new agent has re-adopted it: a fixed wait raced a new agent
+        # slow to start on a loaded machine (the task ended first, and was settled instead).
+        for _ in range(300):
+            if "re-adopting running attempt" in stack.logs("agent"):
+                break
+            await asyncio.sleep(0.1)
         stack.release(job_id)
         job = await wait_state(http, job_id, {"SUCCEEDED", "FAILED"})
         assert job["state"] == "SUCCEEDED", job
