@@ -23,10 +23,10 @@ Rules (``choose_movers``):
   moves and no job moves one of higher priority. They are not promoted by the
   starvation guard, narrower than the job, on one node, and ran ``min_runtime_s``, so a
   job is not moved again as soon as it restarts;
-- every mover must fit in the free GPUs of the other nodes (biggest mover first, each
-  into the fullest node that holds it), or nothing moves. (A job ranked above a moved
-  one may still take a hole first in the next cycle: the moved job then waits in its
-  place, as after any preemption.)
+- every mover must fit in the free GPUs of the other nodes, each into the fullest node
+  that holds it, in whatever order the next cycle places them, or nothing moves. (A job
+  ranked above a moved one may still take a hole first in the next cycle: the moved job
+  then waits in its place, as after any preemption.)
 - the node that needs the fewest GPUs moved wins, then the fewest jobs moved. The victim
   search (``victims.py``, rule ``move``) then checks by a what-if that the job fits there
   (CPUs, memory, topology) and holds that node's free GPUs for it, as for any victims.
@@ -34,7 +34,7 @@ Rules (``choose_movers``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from services.scheduler.model import PendingJob, PlanSettings, RunningJob
 from services.scheduler.node_index import NodeIndex
@@ -113,12 +113,38 @@ def _movers(
 
 def _fit_elsewhere(sizes: Iterable[int], free_counts: list[int]) -> bool:
     """Whether jobs of these sizes fit in nodes with these free counts (``free_counts[c]``
-    nodes have ``c`` GPUs free): biggest first, each into the fullest node that holds it."""
-    counts = list(free_counts)
-    for size in sorted(sizes, reverse=True):
-        room = next((c for c in range(size, len(counts)) if counts[c]), None)
-        if room is None:
-            return False
-        counts[room] -= 1
-        counts[room - size] += 1
-    return True
+    nodes have ``c`` GPUs free), each into the fullest node that holds it, in whatever
+    order they come: the next cycle places them in its queue's order, not by size, and a
+    small one placed first may take the hole a bigger one needed."""
+    seen: dict[tuple[tuple[int, ...], tuple[int, ...]], bool] = {}
+
+    def every_order(counts: tuple[int, ...], left: tuple[int, ...]) -> bool:
+        if not left:
+            return True
+        known = seen.get((counts, left))
+        if known is None:
+            known = seen[(counts, left)] = all(
+                _fits_then(counts, left, size, every_order) for size in sorted(set(left))
+            )
+        return known
+
+    return every_order(tuple(free_counts), tuple(sorted(sizes)))
+
+
+def _fits_then(
+    counts: tuple[int, ...],
+    left: tuple[int, ...],
+    size: int,
+    rest: Callable[[tuple[int, ...], tuple[int, ...]], bool],
+) -> bool:
+    """Whether a job of ``size`` fits into the fullest node that holds it, and ``rest``
+    holds for what is then free and the jobs left."""
+    room = next((c for c in range(size, len(counts)) if counts[c]), None)
+    if room is None:
+        return False
+    after = list(counts)
+    after[room] -= 1
+    after[room - size] += 1
+    remaining = list(left)
+    remaining.remove(size)
+    return rest(tuple(after), tuple(remaining))

@@ -159,3 +159,17 @@ async def closed_with(conn: ClientConnection) -> tuple[int, str]:
     except ConnectionClosed as closed:
         frame = closed.rcvd
     return (frame.code, frame.reason) if frame is not None else (0, "no close frame")
+
+
+async def audited(s: ApiAndNode, job_id: str, count: int) -> list[dict[str, Any]]:
+    """The job's audit rows (``GET /api/v1/sessions``) once ``count`` of them are closed:
+    the API writes a row's close just after its close frame, so a client that has seen the
+    frame may read the row a moment before it."""
+    async with asyncio.timeout(5):
+        while True:
+            rows: list[dict[str, Any]] = (
+                await s.http.get("/api/v1/sessions", params={"job_id": job_id})
+            ).json()["items"]
+            if sum(r["close_reason"] is not None for r in rows) >= count:
+                return rows
+            await asyncio.sleep(0.05)

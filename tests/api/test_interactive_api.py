@@ -23,6 +23,7 @@ from tests.api.interactive_api import (
     SUBPROTOCOL,
     ApiAndNode,
     api_and_node_fixture,  # noqa: F401  # the fixture api_and_node
+    audited,
     client_as,
     closed_with,
     refused,
@@ -64,8 +65,7 @@ async def test_exec_relays_stdin_resize_output_and_the_exit_code_and_is_audited(
     )
     assert (opened.cols, opened.rows, opened.idle_timeout_s) == (120, 30, 600)
     assert opened.stream_id not in created["id"], "the node never sees the session id"
-    audit = (await api_and_node.http.get("/api/v1/sessions", params={"job_id": job_id})).json()["items"]
-    [row] = audit
+    [row] = await audited(api_and_node, job_id, 1)
     assert (row["user"], row["token_id"], row["task"], row["node_id"], row["exit_code"]) == (
         "alice", "tok-alice", "main-0", NODE, 3
     )  # fmt: skip
@@ -247,7 +247,7 @@ async def test_a_malformed_client_message_closes_its_websocket_with_1008_alone(
         assert await kept.recv() == b"\x01still here"
     ended = await api_and_node.node.wait_ended(5)
     assert sum("a malformed message from the client" in r for r in ended) == 4
-    rows = (await api_and_node.http.get("/api/v1/sessions", params={"job_id": job_id})).json()["items"]
+    rows = await audited(api_and_node, job_id, 5)  # the four and the bystander
     assert sum((r["close_reason"] or "").startswith("a malformed message") for r in rows) == 4
 
 
@@ -266,7 +266,7 @@ async def test_what_the_node_says_reaches_theclient_as(api_and_node: ApiAndNode)
         status = await conn.recv()
         assert json.loads(status[1:])["message"] == "the task ended"
         assert (await closed_with(conn))[0] == 1000
-    rows = (await api_and_node.http.get("/api/v1/sessions", params={"job_id": job_id})).json()["items"]
+    rows = await audited(api_and_node, job_id, 2)
     assert [r["close_reason"] for r in rows] == [
         "the task ended",
         f"not opened: node {NODE}: the attempt is exited, not running",
@@ -289,7 +289,7 @@ async def test_port_forward_carries_bytes_both_ways(api_and_node: ApiAndNode) ->
     assert answer.startswith(b"HTTP/1.1 200 OK")
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["target"] == "/hello"
     assert api_and_node.node.opened[-1].port == api_and_node.app.port
-    [row] = (await api_and_node.http.get("/api/v1/sessions", params={"job_id": job_id})).json()["items"]
+    [row] = await audited(api_and_node, job_id, 1)
     assert (row["kind"], row["port"], row["close_reason"]) == (
         "port-forward",
         "http",

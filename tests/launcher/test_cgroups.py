@@ -62,6 +62,28 @@ def test_v2_enables_the_controllers_and_writes_each_limit(tmp_path: Path) -> Non
     assert tree.busy_cpus() == {2: 1, 3: 1}
 
 
+def test_other_nodes_cores_count_while_their_tasks_may_be_in_them(tmp_path: Path) -> None:
+    """A task cgroup of another node counts while it holds a process or is new (its task
+    on its way in); the empty ones a killed agent left behind hold no core."""
+    root = cgroup_v2_root(tmp_path / "cgroup")
+    for made_by_the_kernel in (root / "corral", root / "corral" / "node-a"):
+        cgroup_v2_group(made_by_the_kernel)
+    tree = CgroupV2(root, "node-a")
+    for task, cpus, procs, age_s in (
+        ("running", "0", "4242\n", 3600),
+        ("starting", "1", "", 1),
+        ("left-behind", "2", "", 3600),
+        ("also-left", "2", "", 3600),
+    ):
+        group = root / "corral" / "node-b" / task
+        group.mkdir(parents=True)
+        (group / "cpuset.cpus").write_text(cpus)
+        (group / "cgroup.procs").write_text(procs)
+        made = time.time() - age_s
+        os.utime(group, (made, made))
+    assert tree.busy_cpus() == {0: 1, 1: 1}
+
+
 def test_v2_without_delegated_controllers_says_which_file_and_what_to_do(tmp_path: Path) -> None:
     root = cgroup_v2_root(tmp_path / "cgroup", controllers="cpu io")
     with pytest.raises(CgroupProblem) as caught:

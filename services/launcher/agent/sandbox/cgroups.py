@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Protocol
 
 CFS_PERIOD_US = 100_000
+# How long another node's new task cgroup counts as in use before its task is in it.
+STARTING_GRACE_S = 30.0
 V1_CONTROLLERS = ("cpuset", "cpu", "memory", "pids", "devices", "freezer")
 V2_CONTROLLERS = ("cpuset", "cpu", "memory", "pids")
 # Character devices every task may use: null, zero, full, random, urandom, tty, ptmx
@@ -201,23 +203,40 @@ def _busy_from(corral_root: Path, own: Path, own_tasks: dict[str, str]) -> dict[
     """How many task cgroups of every node agent of this machine (simulated nodes share
     its cores) may run on each core: this node's from what it wrote (``own_tasks``: task
     -> its cpuset), the others' from their ``cpuset.cpus`` (``corral/<node>/<task>``).
-    Only directories are followed (a cgroup directory holds dozens of control files)."""
+    Only directories are followed (a cgroup directory holds dozens of control files).
+
+    Another node's task cgroup counts while it holds a process, or while it is young
+    enough that its task may still be on its way in: an agent killed outright leaves its
+    tasks' empty cgroups behind, and those hold no core."""
     busy: dict[int, int] = {}
     for cpuset in own_tasks.values():
         for cpu in parse_cpu_list(cpuset):
             busy[cpu] = busy.get(cpu, 0) + 1
+    now = time.time()
     with contextlib.suppress(OSError):
         for node in os.scandir(corral_root):
             if not node.is_dir(follow_symlinks=False) or node.path == str(own):
                 continue
             with contextlib.suppress(OSError), os.scandir(node.path) as tasks:
                 for task in tasks:
-                    if not task.is_dir(follow_symlinks=False):
+                    if not task.is_dir(follow_symlinks=False) or not _may_hold_cores(task, now):
                         continue
                     with contextlib.suppress(OSError, ValueError), open(f"{task.path}/cpuset.cpus") as cpus:
                         for cpu in parse_cpu_list(cpus.read()):
                             busy[cpu] = busy.get(cpu, 0) + 1
     return busy
+
+
+def _may_hold_cores(task: os.DirEntry[str], now: float) -> bool:
+    """Whether another node's task cgroup is in use: it holds a process, or it was made
+    under ``STARTING_GRACE_S`` ago (its task not in it yet)."""
+    try:
+        if now - task.stat(follow_symlinks=False).st_mtime < STARTING_GRACE_S:
+            return True
+        with open(f"{task.path}/cgroup.procs") as procs:
+            return bool(procs.read(1).strip())
+    except OSError:
+        return False
 
 
 class CgroupV1:
