@@ -14,6 +14,10 @@ waiting job) in one process, on one core, over a simulated clock:
 - ``--fractional F``: that share of the jobs asks for a fraction of one GPU instead (the
   shares the Alibaba GPU-sharing trace asks most: 0.81, 0.47, 0.32, 0.65, ...), and every
   node shares its GPUs;
+- ``--cpus-per-gpu C``: every node reports C CPUs per GPU, and every task asks for CPUs
+  beside its GPUs (half, once or one and a half times C per GPU, at most a node's; a share
+  its part of C),
+  so that placement weighs what it strands (``services/scheduler/stranding.py``);
 - every cycle, like the live service's: jobs that ended give their GPUs back, a fresh
   snapshot of every node is built (as ``snapshot.load_snapshot`` builds it from its
   rows), the first 5,000 pending jobs are planned (the live cycle's limit), and the
@@ -39,7 +43,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.scheduler.cycle import MAX_PENDING_PER_CYCLE
 from services.scheduler.model import (
@@ -69,8 +73,16 @@ class Workload:
     vcs: dict[str, VirtualCluster]
 
 
-def make_workload(jobs: int, total_gpus: int, seed: int, fractional: float = 0.0) -> Workload:
+def make_workload(
+    jobs: int,
+    total_gpus: int,
+    seed: int,
+    fractional: float = 0.0,
+    cpus_per_gpu: float = 0.0,
+    gpus_per_node: int = 8,
+) -> Workload:
     rng = random.Random(seed)
+    cpu_rng = random.Random(seed + 1)  # apart, so that the jobs are the same whatever the CPUs
     vcs = {name: VirtualCluster(name, {"H100": int(total_gpus * share)}) for name, share in VC_SHARES.items()}
     vcs["default"] = VirtualCluster("default")
     names = list(VC_WEIGHTS)
@@ -82,6 +94,11 @@ def make_workload(jobs: int, total_gpus: int, seed: int, fractional: float = 0.0
         task = TaskDemand("worker", gpus // 8, 8) if gpus > 8 else TaskDemand("main", 1, gpus)
         if fractional and rng.random() < fractional:
             task = task_demand("main", 1, rng.choices(SHARES, SHARE_WEIGHTS)[0])
+        if cpus_per_gpu:
+            per_gpu = cpus_per_gpu * cpu_rng.choice((0.5, 1.0, 1.5))
+            gpus_each = task.gpus or task.gpu_milli / 1000
+            # At most a node's: a task that asked more would wait for ever.
+            task = replace(task, cpus=min(gpus_per_node * cpus_per_gpu, max(1.0, round(per_gpu * gpus_each))))
         run_s = rng.expovariate(1 / 3600)
         job_id = f"job-{n:06d}"
         pending.append(
@@ -99,8 +116,13 @@ def make_workload(jobs: int, total_gpus: int, seed: int, fractional: float = 0.0
     return Workload(pending, duration, vcs)
 
 
-def _release(job: RunningJob, free: dict[str, set[int]], shared: dict[str, dict[int, int]]) -> None:
-    """A job's GPUs come back: whole ones at once, a shared one when its last share leaves."""
+def _release(
+    job: RunningJob, free: dict[str, set[int]], shared: dict[str, dict[int, int]], cpus_used: dict[str, float]
+) -> None:
+    """A job's GPUs come back: whole ones at once, a shared one when its last share leaves;
+    and its CPUs."""
+    for (node_id, _), (cpus, _) in zip(job.slices, job.slice_asks, strict=True):
+        cpus_used[node_id] -= cpus
     for (node_id, gpus), milli in zip(job.slices, job.shares or (0,) * len(job.slices), strict=True):
         if not milli:
             free[node_id].update(gpus)
@@ -129,9 +151,12 @@ def run(
     max_cycles: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
     fractional: float = 0.0,
+    cpus_per_gpu: float = 0.0,
 ) -> dict[str, object]:
-    workload = make_workload(jobs, nodes * gpus_per_node, seed, fractional)
+    workload = make_workload(jobs, nodes * gpus_per_node, seed, fractional, cpus_per_gpu, gpus_per_node)
     free = {f"node-{i:05d}": set(range(gpus_per_node)) for i in range(nodes)}
+    cpus_used = dict.fromkeys(free, 0.0)
+    node_cpus = gpus_per_node * cpus_per_gpu
     shared: dict[str, dict[int, int]] = {node_id: {} for node_id in free}  # GPU -> thousandths held
     pending = list(workload.jobs)  # submission order
     order = {job.job_id: n for n, job in enumerate(workload.jobs)}
@@ -147,12 +172,13 @@ def run(
         while ends and ends[0][0] <= now:
             _, job_id = heapq.heappop(ends)
             if job_id in running:
-                _release(running.pop(job_id), free, shared)
+                _release(running.pop(job_id), free, shared, cpus_used)
         began = clock()
         # As the live cycle builds them from its rows: a fresh record per placed job.
         snapshot_running = [
             RunningJob(r.job_id, r.vc, r.user, r.priority, r.gpu_type, r.slices, r.borrowed,
-                       now - started_at[r.job_id], r.max_runtime_s, preempting=False, shares=r.shares)
+                       now - started_at[r.job_id], r.max_runtime_s, preempting=False, shares=r.shares,
+                       slice_asks=r.slice_asks)
             for r in running.values()
         ]  # fmt: skip
         snapshot = [
@@ -163,6 +189,7 @@ def run(
                 gpu_type="H100",
                 sharing=fractional > 0,
                 shares=dict(shared[node_id]),
+                free_cpus=node_cpus - cpus_used[node_id] if node_cpus else None,
             )
             for node_id, gpus in free.items()
         ]
@@ -179,13 +206,17 @@ def run(
             job = decision.job
             slices = tuple((p.node_id, p.gpu_indices) for p in decision.placements)
             shares = tuple(p.gpu_milli for p in decision.placements) if job.shares else ()
+            asks = {task.role: task.cpus for task in job.tasks}
+            slice_asks = tuple((asks[p.role], 0) for p in decision.placements)
+            for p in decision.placements:
+                cpus_used[p.node_id] += asks[p.role]
             for (node_id, gpus), milli in zip(slices, shares or (0,) * len(slices), strict=True):
                 free[node_id].difference_update(gpus)
                 if milli:
                     shared[node_id][gpus[0]] = shared[node_id].get(gpus[0], 0) + milli
             running[job.job_id] = RunningJob(
                 job.job_id, job.vc, job.user, job.priority, "H100", slices, decision.borrowed,
-                max_runtime_s=job.max_runtime_s, shares=shares,
+                max_runtime_s=job.max_runtime_s, shares=shares, slice_asks=slice_asks,
             )  # fmt: skip
             started_at[job.job_id] = now
             heapq.heappush(ends, (now + workload.duration_s[job.job_id], job.job_id))
@@ -197,7 +228,7 @@ def run(
             if victim is None:
                 continue
             preemptions += 1
-            _release(victim, free, shared)
+            _release(victim, free, shared, cpus_used)
             returned.append(by_id[victim.job_id])
         pending = [job for job in pending if job.job_id not in placed]
         if returned:
@@ -209,6 +240,7 @@ def run(
         "gpus_per_node": gpus_per_node,
         "jobs": jobs,
         "fractional": fractional,
+        "cpus_per_gpu": cpus_per_gpu,
         "cycles": len(cycle_s),
         "placements": placements,
         "preemptions": preemptions,
@@ -233,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--fractional", type=float, default=0.0, help="share of jobs asking for a fraction of one GPU (0-1)"
     )
     parser.add_argument(
+        "--cpus-per-gpu", type=float, default=0.0, help="CPUs per GPU nodes report and tasks ask (0: none)"
+    )
+    parser.add_argument(
         "--clock", choices=("wall", "cpu"), default="wall", help="time cycles in wall or in CPU time"
     )
     args = parser.parse_args(argv)
@@ -242,9 +277,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if not 0 <= args.fractional <= 1:
         parser.error("--fractional is a share of the jobs, from 0 to 1")
+    if args.cpus_per_gpu < 0:
+        parser.error("--cpus-per-gpu must be 0 (nodes report no CPUs) or more")
     result = run(
-        args.nodes, args.gpus_per_node, args.jobs, args.seed, clock=clock, fractional=args.fractional
-    )
+        args.nodes, args.gpus_per_node, args.jobs, args.seed, clock=clock, fractional=args.fractional,
+        cpus_per_gpu=args.cpus_per_gpu,
+    )  # fmt: skip
     print(json.dumps({**result, "clock": args.clock}))
     return 0
 

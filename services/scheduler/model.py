@@ -138,6 +138,10 @@ class RunningJob:
     # Per slice, the share of its one GPU in thousandths (0: whole GPUs); empty when every
     # slice holds whole GPUs, as nearly all do.
     shares: tuple[int, ...] = ()
+    # Per slice, the CPUs and memory (MiB) its task asked, and the GPU type the job asked
+    # for (None: any); empty where not known (stranding.py then counts the queue alone).
+    slice_asks: tuple[tuple[float, int], ...] = ()
+    asked_type: str | None = None
     gpus: float = field(init=False, repr=False, compare=False)  # derived once, as PendingJob's
 
     def __post_init__(self) -> None:
@@ -168,8 +172,6 @@ class NodeCapacity:
     # Its usable GPUs, free or not (default: as many as are free).
     total_gpus: int = -1
     gpu_type: str = ""
-    # Task instances placed on it this cycle (GPU-less tasks still count, to spread them).
-    load: int = 0
     rack: str = ""  # its topology label: a multi-node gang stays in one rack when it fits
     # CPU cores and memory (MiB) left for tasks; None: the node reports none, no limit.
     free_cpus: float | None = None

@@ -1,31 +1,51 @@
 """Free GPUs of the ready nodes, indexed for best fit: the ledger placement reads and changes.
 
 ``NodeIndex`` keeps the free GPUs of the ready nodes in buckets by (GPU type, number of free
-GPUs), so best fit costs O(GPUs per node) rather than O(nodes): the live cycle and the
-throughput benchmark place thousands of jobs on 5,000 nodes. Buckets are insertion-ordered
+GPUs), so best fit costs O(GPUs per node) rather than O(nodes) (plus at most
+``MAX_STRANDING_LOOKS`` candidates weighed where placements strand, below): the live cycle
+and the throughput benchmark place thousands of jobs on 5,000 nodes. Buckets are insertion-ordered
 dicts used as ordered sets, so ties always resolve the same way for the same snapshot.
 
 Shares (fractions of one GPU) are counted in thousandths (``SHARE_UNITS``). The GPUs of
 sharing nodes that hold shares are bucketed by the thousandths still free on them, and the
 sharing nodes by their free whole GPUs, so that finding a place for a share costs a walk
 over at most a thousand buckets, not over the nodes.
+
+Every walk goes in best-fit order and weighs what each candidate would strand against the
+workload mix (``stranding.py``): the first candidate that strands nothing wins, else the one
+that strands least (best fit between those that strand about as much). Without a mix, or
+where nothing is stranded, that is plain best fit at plain best fit's cost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import math
+from collections.abc import Collection, Iterable, Iterator
 from operator import attrgetter
 
 from services.scheduler.model import NodeCapacity
+from services.scheduler.stranding import (
+    MAX_STRANDING_LOOKS,
+    SHARE_UNITS,
+    WorkloadMix,
+    share_strands,
+    whole_strands,
+)
 
-SHARE_UNITS = 1000  # a GPU, in the thousandths shares are counted in
+# A fit: (stranding class, tightness, node); lower is better on both. Tightness is the free
+# GPUs of the node for whole GPUs; for a share, the room of the shared GPU it goes to, or
+# SHARE_UNITS + the node's free GPUs for a fresh GPU.
+Fit = tuple[int, int, str]
+
+__all__ = ["SHARE_UNITS", "Fit", "NodeIndex", "has_room", "nvlink_choice"]
 
 
 class NodeIndex:
     """Free GPUs of the ready nodes, bucketed by (type, free count)."""
 
-    def __init__(self, nodes: Iterable[NodeCapacity]) -> None:
+    def __init__(self, nodes: Iterable[NodeCapacity], mix: WorkloadMix | None = None) -> None:
         self.nodes: dict[str, NodeCapacity] = {}
+        self.mix = mix if mix is not None else WorkloadMix()
         self._buckets: dict[str, list[dict[str, None]]] = {}  # by type
         self._free: dict[str, int] = {}
         self._largest: dict[str, int] = {}
@@ -100,26 +120,74 @@ class NodeIndex:
         """Where a share of ``milli`` thousandths goes: (node, GPU) of the type, on a node
         with ``cpus`` and ``memory_mb`` free (among ``only`` when given, never ``exclude``).
 
-        A GPU already shared with the least room that still holds the share (best fit: the
-        room left over is the smallest, and the roomier GPUs stay for bigger shares), else
-        a fresh GPU of the sharing node with the fewest free GPUs."""
+        In best-fit order: a GPU already shared with the least room that still holds the
+        share (the room left over is the smallest, and the roomier GPUs stay for bigger
+        shares), else a fresh GPU of the sharing node with the fewest free GPUs; the first
+        that strands nothing, else the one that strands least (module docstring)."""
+        found = self.share_fit(gpu_type, milli, cpus, memory_mb, only, exclude)
+        return None if found is None else (found[0][2], found[1])
 
-        def allowed(node_id: str) -> bool:
-            return (only is None or node_id in only) and node_id not in exclude
+    def share_fit(
+        self,
+        gpu_type: str,
+        milli: int,
+        cpus: float = 0.0,
+        memory_mb: int = 0,
+        only: Collection[str] | None = None,
+        exclude: Collection[str] = (),
+    ) -> tuple[Fit, int] | None:
+        """``share_slot``'s choice as (its fit, the GPU)."""
 
+        best: tuple[Fit, int | None] | None = None
+        looks = MAX_STRANDING_LOOKS
+        for tightness, node, gpu in self._share_candidates(gpu_type, milli, cpus, memory_mb, only, exclude):
+            strands = share_strands(self.mix, node, gpu, milli, cpus, memory_mb)
+            if best is None or strands < best[0][0]:
+                best = (strands, tightness, node.node_id), gpu
+            looks -= 1
+            if not strands or not looks:
+                break
+        return None if best is None else self._fresh_gpu(best)
+
+    def _share_candidates(
+        self,
+        gpu_type: str,
+        milli: int,
+        cpus: float,
+        memory_mb: int,
+        only: Collection[str] | None,
+        exclude: Collection[str],
+    ) -> Iterator[tuple[int, NodeCapacity, int | None]]:
+        """Where a share could go, in best-fit order, as (tightness, node, GPU or None for a
+        free one)."""
         room = self._share_room.get(gpu_type)
-        if room is not None:
-            for free in range(milli, SHARE_UNITS):
-                for node_id, gpu in room[free]:
-                    if allowed(node_id) and has_room(self.nodes[node_id], cpus, memory_mb):
-                        return node_id, gpu
+        for free in range(milli, SHARE_UNITS) if room is not None else ():
+            for node_id, gpu in room[free]:  # type: ignore[index]
+                node = self.nodes[node_id]
+                if (
+                    (only is None or node_id in only)
+                    and node_id not in exclude
+                    and has_room(node, cpus, memory_mb)
+                ):
+                    yield free, node, gpu
         sharing = self._sharing.get(gpu_type, [])
         for count in range(1, len(sharing)):
             for node_id in sharing[count]:
                 node = self.nodes[node_id]
-                if allowed(node_id) and has_room(node, cpus, memory_mb):
-                    return node_id, nvlink_choice(node.free_gpus, node.domains, 1)[0]
-        return None
+                if (
+                    (only is None or node_id in only)
+                    and node_id not in exclude
+                    and has_room(node, cpus, memory_mb)
+                ):
+                    yield SHARE_UNITS + count, node, None
+
+    def _fresh_gpu(self, found: tuple[Fit, int | None]) -> tuple[Fit, int]:
+        """The fit with its GPU: a shared one as found, else the free one to open."""
+        fit, gpu = found
+        if gpu is None:
+            node = self.nodes[fit[2]]
+            gpu = nvlink_choice(node.free_gpus, node.domains, 1)[0]
+        return fit, gpu
 
     def take_share(self, node_id: str, gpu: int, milli: int) -> None:
         """A share of ``milli`` thousandths of the node's GPU, now taken (a free GPU is
@@ -229,14 +297,39 @@ class NodeIndex:
         memory_mb: int = 0,
     ) -> str | None:
         """The node of the type (in the rack) with the fewest free GPUs that still has
-        ``want``, and ``cpus`` and ``memory_mb`` free."""
-        buckets = self._buckets_of(gpu_type, rack)
+        ``want``, and ``cpus`` and ``memory_mb`` free: the first in that order where taking
+        them strands nothing, else the one where it strands least (module docstring)."""
+        found = self.whole_fit(gpu_type, want, exclude, rack, cpus, memory_mb)
+        return None if found is None else found[2]
+
+    def whole_fit(
+        self,
+        gpu_type: str,
+        want: int,
+        exclude: Iterable[str] = (),
+        rack: str | None = None,
+        cpus: float = 0.0,
+        memory_mb: int = 0,
+    ) -> Fit | None:
+        """``best_fit``'s choice, as its fit."""
+        best: Fit | None = None
+        looks = MAX_STRANDING_LOOKS
         excluded = set(exclude)
-        for count in range(max(want, 1), len(buckets)):
+        buckets = self._buckets_of(gpu_type, rack)
+        for count in range(max(want, 1), len(buckets)):  # best-fit order
             for node_id in buckets[count]:
-                if node_id not in excluded and has_room(self.nodes[node_id], cpus, memory_mb):
-                    return node_id
-        return None
+                node = self.nodes[node_id]
+                if node_id in excluded or not has_room(node, cpus, memory_mb):
+                    continue
+                strands = whole_strands(self.mix, node, want, cpus, memory_mb)
+                if not strands:
+                    return strands, count, node_id
+                if best is None or strands < best[0]:
+                    best = strands, count, node_id
+                looks -= 1
+                if not looks:
+                    return best
+        return best
 
     def take(self, node_id: str, count: int) -> tuple[int, ...]:
         """``count`` free GPUs of the node, now taken: NVLink-close ones (``nvlink_choice``)."""
@@ -287,20 +380,32 @@ class NodeIndex:
             self._rack_free[in_rack] += change
         node.free_gpus = free
 
-    def least_loaded(
+    def gpu_less_node(
         self, prefer: Iterable[str], exclude: Iterable[str] = (), cpus: float = 0.0, memory_mb: int = 0
     ) -> str | None:
-        """A node for a GPU-less instance: one the job already uses, else the least loaded
-        (either with ``cpus`` and ``memory_mb`` free)."""
+        """A node for a GPU-less instance (with ``cpus`` and ``memory_mb`` free): one the job
+        already uses, else the node with the least idle GPU capacity (free GPUs and room on
+        shared ones, in thousandths), a node without GPUs before one with, then the most
+        free CPU (a node that counts none first). Spread over the least loaded
+        nodes instead, such instances use up the CPU that the idle GPUs of those nodes need,
+        and strand them."""
         for node_id in prefer:
             if has_room(self.nodes[node_id], cpus, memory_mb):
                 return node_id
         excluded = set(exclude)
-        candidates = [
-            n for n in self.nodes.values() if n.node_id not in excluded and has_room(n, cpus, memory_mb)
-        ]
-        best = min(candidates, key=lambda n: (n.load, n.node_id), default=None)
-        return None if best is None else best.node_id
+        best: tuple[int, bool, float, str] | None = None
+        for node in self.nodes.values():
+            if node.node_id in excluded or not has_room(node, cpus, memory_mb):
+                continue
+            idle = SHARE_UNITS * len(node.free_gpus) + sum(
+                SHARE_UNITS - held for held in node.shares.values()
+            )
+            # A node without GPUs first among those as idle: its CPUs serve no GPU.
+            cpus_first = -math.inf if node.free_cpus is None else -node.free_cpus
+            key = (idle, node.total_gpus > 0, cpus_first, node.node_id)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[3]
 
 
 def has_room(node: NodeCapacity, cpus: float, memory_mb: int) -> bool:

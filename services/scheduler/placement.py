@@ -10,7 +10,16 @@ Placement rules for one job on one GPU type (``place_gang``), all or nothing:
   and leaves partly used ones to smaller jobs).
 - ``single_node``: only the first rule. ``one_per_node``: every instance on a node of its
   own (best fit per instance).
-- GPU-less instances go to a node of the job when it has one, else the least loaded node.
+- GPU-less instances go to a node of the job when it has one, else to the node with the
+  least idle GPU capacity that has their CPU and memory (``NodeIndex.gpu_less_node``), so
+  that they take CPU from nodes whose GPUs are in use rather than from beside idle GPUs.
+- **Stranding**: each choice above, in its best-fit order, is the first candidate that
+  leaves no capacity unusable to the workload mix, else the one that strands least
+  (``stranding.py``).
+- **GPU types**: a job that names none goes first to the types where its VC's quota
+  holds it, the most headroom first (the planner); where it borrows, it is tried on the
+  types in ``type_order``: where it fits best first (as the rules above would place it),
+  not where most GPUs are free.
 - **Racks**: a gang that needs more than one node goes to one rack (topology label) when
   one has room for all of it — the rack with the fewest free GPUs that still holds it —
   and across racks only when none does.
@@ -23,11 +32,12 @@ Placement rules for one job on one GPU type (``place_gang``), all or nothing:
   preemption give back a victim's GPUs only, so the planner never preempts for CPU or
   memory: such a job waits until they come free.
 - **Shares** (a fraction of one GPU, in thousandths): only on nodes that share their GPUs
-  (``NodeCapacity.sharing``), on one GPU, never across GPUs. A share goes to a GPU that
-  already holds shares when one has room (``share_slot`` says which), and opens a fresh
-  GPU only when none has: on the sharing node with the fewest free GPUs, so whole GPUs
-  stay together for whole-GPU jobs. A GPU holding shares is not free: whole-GPU jobs
-  never land on it, and it is free again when its last share leaves.
+  (``NodeCapacity.sharing``), on one GPU, never across GPUs. In best-fit order, a share
+  goes to a GPU that already holds shares (the least room that holds it), then to a fresh
+  GPU of the sharing node with the fewest free GPUs, so whole GPUs stay together for
+  whole-GPU jobs; the first of those that strands nothing (``share_slot`` says which). A
+  GPU holding shares is not free: whole-GPU jobs never land on it, and it is free again
+  when its last share leaves.
 
 Nothing is changed unless the whole gang fits: a failed attempt gives back what it took.
 """
@@ -41,7 +51,6 @@ from services.scheduler.node_index import NodeIndex, has_room
 
 
 def _use(node: NodeCapacity, cpus: float, memory_mb: int, sign: int) -> None:
-    node.load += sign
     if node.free_cpus is not None:
         node.free_cpus -= sign * cpus
     if node.free_memory_mb is not None:
@@ -89,6 +98,36 @@ def unplace(index: NodeIndex, job: PendingJob, placements: Iterable[InstancePlac
             index.give(placement.node_id, placement.gpu_indices)
         demand = demands[placement.role]
         _use(index.nodes[placement.node_id], demand.cpus, demand.memory_mb, -1)
+
+
+def type_order(job: PendingJob, index: NodeIndex, types: list[str]) -> list[str]:
+    """The types to try a job that names none on: where it fits best first, by what its
+    first instance (a share), or all of it on one node, would strand and how tightly it
+    would fit (``Fit``); then the types where it fits no one node, in the order given.
+    Sending a job to the type with the most free GPUs instead spreads small jobs over the
+    biggest pool and leaves holes in all of them."""
+    if len(types) < 2 or not job.gpus:
+        return types
+    fits: dict[str, tuple[int, int]] = {}
+    if job.shares:
+        task = next(t for t in job.tasks if t.gpu_milli)
+        for gpu_type in types:
+            found = index.share_fit(gpu_type, task.gpu_milli, task.cpus, task.memory_mb)
+            if found is not None:
+                fits[gpu_type] = found[0][:2]
+    elif job.topology != "one_per_node":
+        need = int(job.gpus)
+        cpus = sum(t.cpus * t.instances for t in job.tasks)
+        memory_mb = sum(t.memory_mb * t.instances for t in job.tasks)
+        for gpu_type in types:
+            if need <= index.largest(gpu_type) and need <= index.free(gpu_type):
+                fit = index.whole_fit(gpu_type, need, cpus=cpus, memory_mb=memory_mb)
+                if fit is not None:
+                    fits[gpu_type] = fit[:2]
+    if not fits:
+        return types
+    ranked = sorted(fits, key=lambda t: (fits[t], types.index(t)))
+    return ranked + [t for t in types if t not in fits]
 
 
 def place_gang(job: PendingJob, index: NodeIndex, gpu_type: str) -> list[InstancePlacement] | None:
@@ -153,12 +192,12 @@ def _spread(
             continue
         if gpus == 0:
             if job.topology == "one_per_node":
-                node_id = index.least_loaded((), gang.used, cpus, memory_mb)
+                node_id = index.gpu_less_node((), gang.used, cpus, memory_mb)
             elif job.topology == "single_node" and gang.used:
                 node = index.nodes[next(iter(gang.used))]  # its one node, or nowhere
                 node_id = node.node_id if has_room(node, cpus, memory_mb) else None
             else:
-                node_id = index.least_loaded(gang.used, (), cpus, memory_mb)
+                node_id = index.gpu_less_node(gang.used, (), cpus, memory_mb)
         else:
             if job.topology == "pack":
                 roomy = [

@@ -86,9 +86,10 @@ from services.scheduler.model import (
     Waiting,
 )
 from services.scheduler.node_index import NodeIndex
-from services.scheduler.placement import place_gang
+from services.scheduler.placement import place_gang, type_order
 from services.scheduler.reasons import no_shared_pool, share_shortage, why_waiting
 from services.scheduler.reservation import Reservation, find_reservation
+from services.scheduler.stranding import WorkloadMix
 from services.scheduler.tally import Tally
 from services.scheduler.victims import Candidate, VictimFinder
 
@@ -126,7 +127,7 @@ class _Planner:
         settings: PlanSettings,
     ) -> None:
         self.pending = pending
-        self.index = NodeIndex(nodes)
+        self.index = NodeIndex(nodes, WorkloadMix.of(pending, running))  # the asks: stranding.py
         self.running = running
         self.vcs = vcs
         self.largest_unready = largest_unready
@@ -297,6 +298,8 @@ class _Planner:
             # A replica never borrows (nor backfills, nor moves or preempts others into a
             # borrowed place): what it holds, no owner ever needs to take back.
             return self.explain(job, guaranteed, shape)
+        if job.gpu_type is None:
+            types = type_order(job, self.index, types)  # borrowing: where it fits best first
         for gpu_type in types:
             if self.try_place(job, gpu_type, borrowed=True):
                 return None

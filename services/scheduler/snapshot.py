@@ -120,9 +120,11 @@ async def _running_jobs(
     jobs: list[RunningJob] = []
     slices: list[tuple[str, tuple[int, ...]]] = []
     shares: list[int] = []
+    asks: list[tuple[float, int]] = []
     for n, row in enumerate(rows):
         slices.append((row["node_id"], tuple(row["gpu_indices"])))
         shares.append(row["gpu_milli"])
+        asks.append((row["cpus"] or 0.0, row["memory_mb"] or 0))
         if n + 1 < len(rows) and rows[n + 1]["job_id"] == row["job_id"]:
             continue
         gpu_nodes = [node for node, gpus in slices if gpus]
@@ -135,6 +137,8 @@ async def _running_jobs(
                 gpu_type=types.get(gpu_nodes[0], "") if gpu_nodes else "",
                 slices=tuple(slices),
                 shares=tuple(shares) if any(shares) else (),
+                slice_asks=tuple(asks),
+                asked_type=row["gpu_type_asked"],
                 borrowed=row["borrowed"],
                 promoted=row["promoted"],
                 service=bool(row["service"]),
@@ -145,7 +149,7 @@ async def _running_jobs(
                 waited_s=_waited_before(row, sum(len(gpus) for _, gpus in slices)),
             )
         )
-        slices, shares = [], []
+        slices, shares, asks = [], [], []
     return jobs
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.sched_throughput import main, run
+from bench.sched_throughput import main, make_workload, run
 
 
 @pytest.mark.usefixtures("restored_gc")  # main sets the collector up as the scheduler's
@@ -28,3 +28,13 @@ def test_the_same_seed_gives_the_same_schedule() -> None:
         second["preemptions"],
         second["cycles"],
     )
+
+
+def test_with_cpus_every_job_is_placed_and_asks_cpus_beside_its_gpus() -> None:
+    """``--cpus-per-gpu``: nodes report CPUs, tasks ask for them (never more than a node's),
+    and the jobs are otherwise the ones a run without CPUs gets."""
+    result = run(20, 8, 300, seed=3, cpus_per_gpu=16)
+    assert result["placements"] == 300 + int(str(result["preemptions"]))
+    plain, with_cpus = make_workload(300, 160, 3).jobs, make_workload(300, 160, 3, cpus_per_gpu=16).jobs
+    assert [(j.job_id, j.gpus, j.vc) for j in plain] == [(j.job_id, j.gpus, j.vc) for j in with_cpus]
+    assert all(0 < t.cpus <= 128 for j in with_cpus for t in j.tasks)

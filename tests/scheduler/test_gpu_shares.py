@@ -140,7 +140,12 @@ async def test_a_cycle_writes_shares_and_the_next_reads_them_back(db: Database) 
     await _ready_node(db, gpus=2)
     await db.execute("UPDATE monitor.nodes SET gpu_sharing = 'timeslice'")
     spec = JobSpec.model_validate(
-        {"name": "half", "tasks": [{"name": "w", "command": "x", "resources": {"gpus": 0.5}}]}
+        {
+            "name": "half",
+            "tasks": [
+                {"name": "w", "command": "x", "resources": {"gpus": 0.5, "cpus": 2, "memory_mb": 1000}}
+            ],
+        }
     )
     api = Submitter(JobRepository(db))
     first = (await api.submit(spec, "alice", None)).job.id
@@ -160,6 +165,8 @@ async def test_a_cycle_writes_shares_and_the_next_reads_them_back(db: Database) 
         assert snapshot.nodes["n1"].shares == {0: 1000}
         assert snapshot.nodes["n1"].free_gpus == [1]
         assert sorted(r.gpus for r in snapshot.running) == [0.5, 0.5]
+        # What each running task asked, which placement weighs stranding against.
+        assert {(r.slice_asks, r.asked_type) for r in snapshot.running} == {(((2.0, 1000),), None)}
         (decision,) = plan(snapshot.pending, snapshot.nodes).decisions
     assert decision.job.job_id == third
     assert decision.placements[0].gpu_indices == (1,)
@@ -191,5 +198,9 @@ async def test_a_mig_node_offers_its_devices_as_gpus_of_their_own_type(db: Datab
         assert node.gpu_type == "H100-1G.10GB"
         assert not node.sharing  # MIG devices are placed whole: no fractions on them
         (decision,) = plan(snapshot.pending, snapshot.nodes).decisions
+        await commit_decisions(conn, [decision])
     assert decision.job.job_id == job
     assert sorted(p.gpu_indices for p in decision.placements) == [(0,), (1,)]
+    async with db.transaction() as conn:
+        (running,) = (await load_snapshot(conn, 10)).running
+    assert running.asked_type == "H100-1G.10GB"  # as a pending job's: upper case

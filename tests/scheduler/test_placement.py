@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from services.scheduler.model import NodeCapacity, PendingJob, TaskDemand
 from services.scheduler.node_index import NodeIndex, nvlink_choice
-from services.scheduler.placement import place_gang
+from services.scheduler.placement import place_gang, type_order
 from services.scheduler.planner import decide, plan
 
 
@@ -225,3 +225,35 @@ def test_a_gang_that_fails_on_cpus_gives_back_everything() -> None:
 def test_nodes_without_a_cpu_figure_take_any_cpus() -> None:
     [placement] = place_gang(_cpu_job("j", 1, 1, cpus=500), NodeIndex([NodeCapacity("n0", [0])]), "") or []
     assert placement.node_id == "n0"
+
+
+def test_a_gpu_less_instance_takes_cpus_beside_busy_gpus_not_idle_ones() -> None:
+    """Spread over the least loaded nodes, GPU-less instances use up the CPUs that idle
+    GPUs need; they go where the least GPU capacity is idle, the most CPUs free first."""
+    busy = NodeCapacity("busy", [], total_gpus=4, free_cpus=16.0)
+    half = NodeCapacity("half", [0, 1], total_gpus=4, free_cpus=64.0)
+    idle = NodeCapacity("idle", [0, 1, 2, 3], free_cpus=96.0)
+    index = NodeIndex([busy, half, idle])
+    placed = [place_gang(_cpu_job(f"c{n}", 1, 0, cpus=8), index, "") or [] for n in range(3)]
+    assert [p.node_id for [p] in placed] == ["busy", "busy", "half"]  # busy's 16 CPUs, then half's
+    assert (busy.free_cpus, half.free_cpus, idle.free_cpus) == (0.0, 56.0, 96.0)
+    # Among nodes with as much idle, the one with the most CPUs free.
+    roomy = NodeCapacity("roomy", [], total_gpus=4, free_cpus=32.0)
+    [placement] = place_gang(_cpu_job("d", 1, 0, cpus=8), NodeIndex([busy, roomy]), "") or []
+    assert placement.node_id == "roomy"
+    # A node without GPUs before a GPU node as idle: its CPUs serve no GPU.
+    cpu_only = NodeCapacity("cpu-only", [], total_gpus=0, free_cpus=8.0)
+    [placement] = place_gang(_cpu_job("e", 1, 0, cpus=8), NodeIndex([roomy, cpu_only]), "") or []
+    assert placement.node_id == "cpu-only"
+
+
+def test_a_job_naming_no_type_goes_to_the_type_where_it_fits_best() -> None:
+    """Not to the type with the most free GPUs: a one-GPU job fills the T4 node's last GPU
+    and leaves the A100 nodes whole."""
+    nodes = [NodeCapacity(f"a{i}", list(range(8)), gpu_type="A100") for i in range(2)]
+    nodes.append(NodeCapacity("t0", [1], total_gpus=2, gpu_type="T4"))
+    result = plan([_job("one", (1, 1)), _job("eight", (1, 8))], nodes)
+    assert {d.job.job_id: d.placements[0].node_id for d in result.decisions} == {"one": "t0", "eight": "a0"}
+    # A job that fits no node of the better type whole is tried where it fits.
+    index = NodeIndex([NodeCapacity("t1", [0, 1], gpu_type="T4"), *_nodes(8).values()])
+    assert type_order(_job("four", (1, 4)), index, index.types()) == ["", "T4"]

@@ -38,12 +38,15 @@ ORDER BY a.job_id;
 -- name: live_allocations
 -- Every placed job's GPUs, with what the policy weighs when choosing victims: owner,
 -- priority, borrowed or not, promoted or not, how long since it was placed, its limit, whether a
--- preemption was already asked for this generation.
+-- preemption was already asked for this generation; and what each task asked for (CPUs,
+-- memory, the job's one GPU type), which placement weighs stranding against.
 SELECT a.job_id, a.node_id, a.gpu_indices, a.gpu_milli, a.borrowed, a.promoted,
        (SELECT (t->'resources'->>'cpus')::float8 FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
         WHERE t->>'name' = a.task_role) AS cpus,
        (SELECT (t->'resources'->>'memory_mb')::bigint FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
         WHERE t->>'name' = a.task_role) AS memory_mb,
+       (SELECT upper(t->'resources'->>'gpu_type') FROM jsonb_array_elements(j.spec->'tasks') AS r(t)
+        WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type_asked,
        j.virtual_cluster, j.username, j.priority, j.spec->>'kind' = 'service' AS service,
        extract(epoch FROM now() - a.created_at)::float8 AS runtime_s,
        (j.spec->>'max_runtime_s')::float8 AS max_runtime_s,
