@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import typer
@@ -61,6 +61,8 @@ class Forwarder:
     job_id: str
     task: str
     gone: asyncio.Future[ApiError]
+    # The connections being served, each with its local side: ended when the command ends.
+    active: dict[asyncio.Task[None], asyncio.StreamWriter] = field(default_factory=dict)
 
     async def serve(self, address: str, mapping: Mapping) -> asyncio.Server:
         handler = functools.partial(self.connection, mapping.label)
@@ -72,6 +74,24 @@ class Forwarder:
     async def connection(
         self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        this = asyncio.current_task()
+        assert this is not None
+        self.active[this] = writer
+        try:
+            await self._forward(label, reader, writer)
+        finally:
+            del self.active[this]
+
+    async def end_connections(self) -> None:
+        """End every connection still served: a listening server waits, as it closes, for
+        each connection it accepted to close, so one whose session is still open would
+        keep Ctrl-C from ending the command."""
+        for task, writer in list(self.active.items()):
+            task.cancel()
+            writer.close()
+        await asyncio.gather(*self.active, return_exceptions=True)
+
+    async def _forward(self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             stream = await self.api.port_forward(self.job_id, label, task=self.task)
         except ApiError as refused:
@@ -137,7 +157,10 @@ async def forward(
                     f"cannot listen on {address}:{mapping.local_port}: {exc.strerror}"
                 ) from exc
             await servers.enter_async_context(server)
-        raise await gone
+        try:
+            raise await gone
+        finally:
+            await forwarder.end_connections()
 
 
 def register(app: typer.Typer) -> None:

@@ -3,8 +3,9 @@
 ``NodeIndex`` keeps the free GPUs of the ready nodes in buckets by (GPU type, number of free
 GPUs), so best fit costs O(GPUs per node) rather than O(nodes) (plus at most
 ``MAX_STRANDING_LOOKS`` candidates weighed where placements strand, below): the live cycle
-and the throughput benchmark place thousands of jobs on 5,000 nodes. Buckets are insertion-ordered
-dicts used as ordered sets, so ties always resolve the same way for the same snapshot.
+and the throughput benchmark place thousands of jobs on 5,000 nodes. Buckets are
+insertion-ordered dicts used as ordered sets, so ties always resolve the same way for the
+same snapshot.
 
 Shares (fractions of one GPU) are counted in thousandths (``SHARE_UNITS``). The GPUs of
 sharing nodes that hold shares are bucketed by the thousandths still free on them, and the
@@ -386,9 +387,9 @@ class NodeIndex:
         """A node for a GPU-less instance (with ``cpus`` and ``memory_mb`` free): one the job
         already uses, else the node with the least idle GPU capacity (free GPUs and room on
         shared ones, in thousandths), a node without GPUs before one with, then the most
-        free CPU (a node that counts none first). Spread over the least loaded
-        nodes instead, such instances use up the CPU that the idle GPUs of those nodes need,
-        and strand them."""
+        free CPU (a node that counts none first). Spread over the least loaded nodes
+        instead, such instances use up the CPU that the idle GPUs of those nodes need, and
+        strand them."""
         for node_id in prefer:
             if has_room(self.nodes[node_id], cpus, memory_mb):
                 return node_id

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Protocol
 
 CFS_PERIOD_US = 100_000
-# How long another node's new task cgroup counts as in use before its task is in it.
-STARTING_GRACE_S = 30.0
+# How long another node's new task cgroup counts as in use before its task is in it (the
+# task joins it as its helper starts, within milliseconds on an idle machine).
+STARTING_GRACE_S = 5.0
 V1_CONTROLLERS = ("cpuset", "cpu", "memory", "pids", "devices", "freezer")
 V2_CONTROLLERS = ("cpuset", "cpu", "memory", "pids")
 # Character devices every task may use: null, zero, full, random, urandom, tty, ptmx
