@@ -36,6 +36,8 @@ from corral.sdk.channels import DATA, ERROR
 from corral.sdk.interactive import Interactive, SessionStream
 
 READ_CHUNK = 64 * 1024
+# How long Ctrl-C waits for the open sessions to be left politely before dropping them.
+LEAVE_WITHIN_S = 2.0
 # Refusals that no later connection will escape: the job or task is gone, or not ours.
 FINAL_STATUSES = frozenset({401, 403, 404, 409})
 
@@ -85,11 +87,16 @@ class Forwarder:
     async def end_connections(self) -> None:
         """End every connection still served: a listening server waits, as it closes, for
         each connection it accepted to close, so one whose session is still open would
-        keep Ctrl-C from ending the command."""
+        keep Ctrl-C from ending the command. Each session is left politely (a WebSocket
+        close handshake) for up to ``LEAVE_WITHIN_S``, then dropped."""
         for task, writer in list(self.active.items()):
             task.cancel()
             writer.close()
-        await asyncio.gather(*self.active, return_exceptions=True)
+        if self.active:
+            _, slow = await asyncio.wait(list(self.active), timeout=LEAVE_WITHIN_S)
+            for task in slow:
+                task.cancel()  # interrupts its close handshake
+            await asyncio.gather(*slow, return_exceptions=True)
 
     async def _forward(self, label: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

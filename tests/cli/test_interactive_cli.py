@@ -244,7 +244,7 @@ async def test_port_forward_reaches_the_tasks_labelled_port(stack: Stack) -> Non
         "port-forward",
         job_id,
         ":http",
-        env=_env(stack),
+        env={**_env(stack), "PYTHONFAULTHANDLER": "1"},  # SIGABRT prints where it is stuck
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -268,8 +268,21 @@ async def test_port_forward_reaches_the_tasks_labelled_port(stack: Stack) -> Non
         assert answer.rstrip().endswith(b"</html>"), answer[-200:]
     finally:
         process.send_signal(signal.SIGINT)
-        code = await asyncio.wait_for(process.wait(), 20)
+        code = await _ended_within(process, 20)
     assert code == 130
+
+
+async def _ended_within(process: asyncio.subprocess.Process, seconds: float) -> int:
+    """Its exit code; if it is still running after ``seconds``, a failure that says where
+    (its threads' stacks, printed by the fault handler on SIGABRT)."""
+    try:
+        return await asyncio.wait_for(process.wait(), seconds)
+    except TimeoutError:
+        process.send_signal(signal.SIGABRT)
+        await process.wait()
+        assert process.stderr is not None
+        stuck = (await process.stderr.read()).decode(errors="replace")
+        raise AssertionError(f"still running {seconds:g} s after Ctrl-C:\n{stuck}") from None
 
 
 async def test_a_notebook_answers_through_the_proxy_and_a_missing_app_is_said(stack: Stack) -> None:
