@@ -60,6 +60,28 @@ UNLIMITED = {
     "CORRAL_API_SUBMIT_RATE_LIMIT_PER_S": "0",
 }
 JOB = {"name": "bench", "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 1}}]}
+# The same job as an OpenPAI user writes it (protocol v2, sent as JSON as the client sends
+# every body): mapped to the native spec on every submit.
+OPENPAI_JOB = {
+    "protocolVersion": 2,
+    "name": "bench",
+    "type": "job",
+    "prerequisites": [{"name": "image", "type": "dockerimage", "uri": "python:3.12-slim"}],
+    "parameters": {"steps": 10},
+    "taskRoles": {
+        "main": {
+            "instances": 1,
+            "dockerImage": "image",
+            "resourcePerInstance": {"cpu": 1, "memoryMB": 1024, "gpu": 1},
+            "commands": ["echo <% $parameters.steps %>", "true"],
+        }
+    },
+    "extras": {
+        "hivedScheduler": {"jobPriorityClass": "test", "taskRoles": {"main": {"skuNum": 1}}},
+        "corral": {"allowHostExecution": True},
+    },
+}
+BODIES: dict[str, dict[str, Any]] = {"native": JOB, "openpai": OPENPAI_JOB}
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -80,13 +102,13 @@ class Cpu:
 
 
 async def measure_submits(
-    stack: BenchStack, cpu: Cpu, submits: int, warmup: int, concurrency: int
+    stack: BenchStack, cpu: Cpu, submits: int, warmup: int, concurrency: int, body: dict[str, Any] = JOB
 ) -> dict[str, Any]:
     spec = {
         "host": "127.0.0.1",
         "port": stack.port,
         "token": stack.token(),
-        "body": JOB,
+        "body": body,
         "submits": submits,
         "warmup": warmup,
         "concurrency": concurrency,
@@ -249,11 +271,33 @@ async def register_node(stack: BenchStack) -> None:
         await conn.close()
 
 
+async def compare_bodies(stack: BenchStack, cpu: Cpu, args: argparse.Namespace) -> dict[str, Any]:
+    """Native and OpenPAI submits in turn, ``--rounds`` times each on the same stack (the
+    machine's noise then falls on both alike); each figure is the median of its rounds,
+    and ``openpai_ratio`` is the OpenPAI rate over the native one."""
+    rounds: dict[str, list[dict[str, Any]]] = {"native": [], "openpai": []}
+    for _ in range(args.rounds):
+        for name, body in BODIES.items():
+            rounds[name].append(
+                await measure_submits(stack, cpu, args.submits, args.warmup, args.concurrency, body)
+            )
+    result: dict[str, Any] = {}
+    for name, measured in rounds.items():
+        prefix = "" if name == "native" else "openpai_"
+        for key in measured[0]:
+            result[prefix + key] = statistics.median(m[key] for m in measured)
+    result["openpai_ratio"] = round(result["openpai_submits_per_s"] / result["submits_per_s"], 3)
+    result["rounds"] = args.rounds
+    return result
+
+
 async def measure(stack: BenchStack, args: argparse.Namespace) -> dict[str, Any]:
     cpu = Cpu(stack)
     await register_node(stack)
     result: dict[str, Any] = {}
-    if args.submits:
+    if args.submits and args.openpai:
+        result |= await compare_bodies(stack, cpu, args)
+    elif args.submits:
         result |= await measure_submits(stack, cpu, args.submits, args.warmup, args.concurrency)
     if args.subscribers:
         await _wait_outbox_drained(stack)
@@ -274,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sse-rate", type=float, default=2.0, help="events/s in the paced phase")
     parser.add_argument("--sse-seconds", type=float, default=15.0, help="length of the paced phase")
     parser.add_argument("--sse-burst", type=int, default=200, help="events sent at once")
+    parser.add_argument(
+        "--openpai",
+        action="store_true",
+        help="submit the same job as an OpenPAI document too, in turn with the native one (openpai_*)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --openpai: rounds of each body")
     parser.add_argument("--keep", action="store_true", help="keep the stack's home (logs) for a post-mortem")
     parser.add_argument(
         "--api-processes", type=int, default=1, help="API processes sharing the port (CORRAL_API_PROCESSES)"

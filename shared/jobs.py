@@ -17,20 +17,26 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shared.fetch_spec import Fetch
 from shared.job_io import NAME_PATTERN as NAME_PATTERN
 from shared.job_io import JobInput, JobOutput
+from shared.job_resources import MAX_GPUS_PER_INSTANCE as MAX_GPUS_PER_INSTANCE
+from shared.job_resources import Resources as Resources
+from shared.job_retry import Classification as Classification
+from shared.job_retry import ExitRule as ExitRule
+from shared.job_retry import RetryPolicy as RetryPolicy
 from shared.mpi_spec import MpiSettings, fill_mpi_defaults, mpi_shape_problem
 from shared.request_types import Integer
 from shared.service_spec import ServiceSpec
+from shared.ssh_spec import SshSettings, fill_ssh_defaults
+from shared.storage_spec import StorageUse
 
 # Limits that keep one request from asking for something absurd. They are sanity caps,
 # not capacity checks: whether a job fits the cluster is the scheduler's question.
 MAX_TASK_ROLES = 32
 MAX_INSTANCES_PER_ROLE = 1024
-MAX_GPUS_PER_INSTANCE = 64
 MAX_COMMAND_CHARS = 16_384
 MAX_ENV_VARS = 256
 
@@ -86,141 +92,7 @@ def check_transition(current: JobState, target: JobState, actor: str) -> None:
         )
 
 
-def _a_number_of_gpus(value: object) -> object:
-    """A number, never ``true`` or ``"2"``: checked before the union of a whole number and a
-    fraction, so that a wrong type is one error on ``gpus`` rather than one per member."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PydanticCustomError(
-            "gpu_count_type",
-            "Input should be a number of GPUs: a whole number, or a fraction of one such as 0.5",
-        )
-    return value
-
-
-class Resources(BaseModel):
-    """Per-instance resources."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    gpus: Annotated[Integer | float, BeforeValidator(_a_number_of_gpus)] = Field(
-        default=0,
-        ge=0,
-        le=MAX_GPUS_PER_INSTANCE,
-        description=(
-            "GPUs per instance: whole GPUs, or a fraction of one GPU (e.g. 0.5, to the nearest "
-            "0.001), placed on a node pool that shares its GPUs"
-        ),
-    )
-    gpu_memory_mb: Integer | None = Field(
-        default=None,
-        gt=0,
-        le=16 * 1024 * 1024,
-        description=(
-            "with a fraction of a GPU: the GPU memory the instance may use (MiB), enforced where the "
-            "node pool's sharing mode can (hami) and checked by the node agent everywhere; "
-            "default: its fraction of the GPU's memory"
-        ),
-    )
-    cpus: float = Field(default=1.0, gt=0, le=1024, description="CPU cores per instance")
-    memory_mb: Integer = Field(default=1024, gt=0, le=16 * 1024 * 1024, description="Memory per instance")
-    gpu_type: str | None = Field(
-        default=None,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$",
-        description="GPU type, e.g. H100 (as `corral gpus` shows it); any type when omitted",
-    )
-    numa: Literal["preferred", "required"] = Field(
-        default="preferred",
-        description=(
-            "CPU placement against the GPUs' NUMA node. preferred (default): cores on the GPUs' "
-            "node when free, else free cores elsewhere, because a job that starts now unaligned "
-            "usually finishes before one that waits for alignment; required: never cores of "
-            "another node (shares the node's cores when none are free)"
-        ),
-    )
-
-    @field_validator("gpus")
-    @classmethod
-    def _whole_or_a_fraction(cls, gpus: int | float) -> int | float:
-        if isinstance(gpus, int) or gpus.is_integer():
-            return int(gpus)
-        milli = gpus * 1000
-        if abs(milli - round(milli)) > 1e-6 or not 1 <= round(milli) <= 999:
-            raise ValueError(
-                f"a task asks for whole GPUs or a fraction of one (0.001 to 0.999), not {gpus}; "
-                "a task that needs more than one GPU asks for whole GPUs"
-            )
-        return round(milli) / 1000  # as it is counted: 0.1 * 3 is stored as 0.3
-
-    @model_validator(mode="after")
-    def _gpu_memory_with_a_fraction(self) -> Resources:
-        if self.gpu_memory_mb is not None and not self.gpu_milli:
-            raise ValueError(
-                "gpu_memory_mb is for a fraction of a GPU (gpus below 1); a task with whole GPUs has "
-                "all their memory"
-            )
-        return self
-
-    @property
-    def gpu_devices(self) -> int:
-        """The GPUs the task sees: its whole GPUs, or the one it holds a share of."""
-        return self.gpus if isinstance(self.gpus, int) else 1
-
-    @property
-    def gpu_milli(self) -> int:
-        """The share of one GPU in thousandths when the task asks for a fraction; 0 for whole GPUs."""
-        return 0 if isinstance(self.gpus, int) else round(self.gpus * 1000)
-
-
-Classification = Literal["transient", "permanent", "unknown"]
 _LABEL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
-
-
-class ExitRule(BaseModel):
-    """One row of an exit-code table: what an ended task means for retrying.
-
-    A rule matches when every condition it states matches (exit codes, signals, a
-    platform condition such as ``node_lost``, a regular expression over the tail of
-    the task's log). ``transient`` failures are the platform's fault: always retried,
-    not counted. ``permanent`` ones are the user's: never retried. ``unknown`` ones are
-    retried up to the job's ``max_retries``.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    exit_codes: list[Annotated[Integer, Field(ge=0, le=255)]] | None = Field(default=None, max_length=256)
-    signals: list[Annotated[Integer, Field(ge=1, le=64)]] | None = Field(default=None, max_length=64)
-    platform: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")
-    log_pattern: str | None = Field(default=None, max_length=256)
-    classification: Classification
-    reason: str = Field(default="", max_length=200)
-
-    @field_validator("log_pattern")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"log_pattern is not a valid regular expression: {exc}") from None
-        return value
-
-    @model_validator(mode="after")
-    def _has_a_condition(self) -> ExitRule:
-        if not (self.exit_codes or self.signals or self.platform or self.log_pattern):
-            raise ValueError("a rule needs at least one of exit_codes, signals, platform, log_pattern")
-        return self
-
-
-class RetryPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    max_retries: Integer = Field(default=0, ge=0, le=100, description="retries of `unknown` failures")
-    backoff_s: float = Field(default=10.0, ge=0, le=3600, description="first retry delay; doubles")
-    max_backoff_s: float = Field(default=600.0, ge=0, le=86_400)
-    rules: list[ExitRule] = Field(
-        default_factory=list, max_length=64, description="checked before Corral's table"
-    )
 
 
 class Completion(BaseModel):
@@ -244,7 +116,10 @@ class TaskRole(BaseModel):
         default=None,
         max_length=512,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$",
-        description="container image (Kubernetes driver); the local driver runs on the host",
+        description=(
+            "container image the task runs in: on a node with a container runtime "
+            "(CORRAL_CONTAINER_RUNTIME) or run by Kubernetes; see allow_host_execution"
+        ),
     )
     resources: Resources = Resources()
     # The validators below check names and sizes with messages of their own; the schema
@@ -271,6 +146,20 @@ class TaskRole(BaseModel):
             "base URL (CORRAL_PROXY_PATH_<LABEL>: Jupyter's base_url, TensorBoard's path_prefix)"
         ),
     )
+    shm_mb: Integer | None = Field(
+        default=None,
+        ge=1,
+        le=16 * 1024 * 1024,
+        description=(
+            "size of the task's private /dev/shm in MiB (default: the node's, bounded by the task's "
+            "memory); it is memory, so at most resources.memory_mb"
+        ),
+    )
+    fetch: list[Fetch] = Field(
+        default_factory=list,
+        max_length=16,
+        description="sources fetched into the working directory before the command runs",
+    )
     event_files_from: str | None = Field(
         default=None,
         pattern=r"^job-[0-9a-z]{26}$",
@@ -289,6 +178,23 @@ class TaskRole(BaseModel):
             if not _LABEL_RE.fullmatch(label):
                 raise ValueError(f"port label {label!r} must be a letter then letters, digits or _")
         return value
+
+    @model_validator(mode="after")
+    def _shm_within_memory(self) -> TaskRole:
+        if self.shm_mb is not None and self.shm_mb > self.resources.memory_mb:
+            raise ValueError(
+                f"shm_mb ({self.shm_mb}) is more than the task's memory ({self.resources.memory_mb} MiB): "
+                "its /dev/shm is memory the task uses; ask for more resources.memory_mb or a smaller shm_mb"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fetch_paths_apart(self) -> TaskRole:
+        paths = [item.path for item in self.fetch]
+        for path in paths:
+            if paths.count(path) > 1 or any(other.startswith(path + "/") for other in paths):
+                raise ValueError(f"two fetches land at {path!r}; give each a path of its own")
+        return self
 
     @model_validator(mode="after")
     def _completion_fits(self) -> TaskRole:
@@ -374,6 +280,21 @@ class JobSpec(BaseModel):
         ),
     )
     mpi: MpiSettings | None = Field(default=None, description="for framework mpi or horovod")
+    ssh: SshSettings | None = Field(
+        default=None,
+        description="ssh between the job's tasks and into them (`corral ssh`); not for mpi or horovod",
+    )
+    storage: list[StorageUse] = Field(
+        default_factory=list, max_length=16, description="storage configs mounted at /mnt/NAME"
+    )
+    allow_host_execution: bool = Field(
+        default=False,
+        description=(
+            "a task with an image may run on a node's host, outside the image, where no node has a "
+            "container runtime; without it such a job waits for a node with one (refused at submit "
+            "when none has)"
+        ),
+    )
     topology: Literal["pack", "single_node", "one_per_node"] = Field(
         default="pack",
         description=(
@@ -385,7 +306,7 @@ class JobSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _framework_defaults(cls, data: Any) -> Any:
-        return fill_mpi_defaults(data)
+        return fill_ssh_defaults(fill_mpi_defaults(data))
 
     @model_validator(mode="after")
     def _framework_shape(self) -> JobSpec:
@@ -402,6 +323,24 @@ class JobSpec(BaseModel):
         )
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _ssh_and_storage(self) -> JobSpec:
+        if self.ssh is not None and self.framework != "generic":
+            raise ValueError(f"framework {self.framework} wires ssh between its tasks itself; remove ssh")
+        fetched: dict[str, object] = {}
+        for task in self.tasks:
+            for item in task.fetch:
+                if fetched.setdefault(item.path, item) != item:
+                    raise ValueError(
+                        f"two task roles fetch different sources to {item.path!r}; the job's tasks on a"
+                        " node share one working directory: give each source a path of its own"
+                    )
+        names = [use.name for use in self.storage]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"storage names must be unique; repeated: {', '.join(repeated)}")
         return self
 
     @model_validator(mode="after")

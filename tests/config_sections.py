@@ -11,11 +11,13 @@ from pydantic_settings import BaseSettings
 
 from services.alerter.settings import AlerterSettings
 from services.api.settings import ApiSettings
+from services.launcher.agent.fetching import FetchSettings
 from services.launcher.kubernetes.settings import KubernetesSettings
 from services.launcher.settings import AgentSettings, LauncherSettings
 from services.monitor.settings import ExporterSettings, MonitorSettings
 from services.scheduler.settings import SchedulerSettings
 from shared.artifacts.settings import ArtifactSettings
+from shared.container_runtime import ContainerRuntimeSettings
 from shared.gpu_sharing import GpuSharingSettings
 from shared.settings import DatabaseSettings, HealthSettings, HomeSettings, NatsSettings, TelemetrySettings
 
@@ -61,13 +63,20 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "Node agent",
         "`python -m services.launcher.agent` (`corral agent`), one per GPU machine.",
-        (AgentSettings,),
+        (AgentSettings, FetchSettings),
     ),
     Section(
         "GPU sharing",
         "Read on each GPU machine by its exporter and its node agent alike, so that the two agree "
         "(docs/gpu-sharing.md). `make up` passes `CORRAL_GPU_SHARING` to every simulated node.",
         (GpuSharingSettings,),
+    ),
+    Section(
+        "Container runtime",
+        "Read on each machine by its exporter and its node agent alike: which runtime runs the "
+        'images tasks name (README, "Task images"). A runtime named whose command is missing '
+        "stops the node from starting.",
+        (ContainerRuntimeSettings,),
     ),
     Section("Monitor", "`python -m services.monitor` (`corral monitor`).", (MonitorSettings,)),
     Section(

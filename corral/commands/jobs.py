@@ -143,6 +143,8 @@ def register(app: typer.Typer) -> None:
                 echo_result(answer, render_dry_run(answer), as_json=json_)
                 return
             job = api.submit(spec)
+            for warning in job.warnings:
+                typer.echo(f"warning: {warning}", err=True)
             if not wait:
                 echo_result(job, f"{job.id} submitted ({job.state})", as_json=json_)
                 return

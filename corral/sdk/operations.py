@@ -14,6 +14,7 @@ undrain). Only those are retried after a dropped connection or a 503/429, becaus
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,6 +75,9 @@ class Call(Generic[T]):
     idempotent: bool = False
 
 
+_WARNING_RE = re.compile(r'^\d{3} \S+ "(.*)"$')
+
+
 def _one(model: type[M]) -> Callable[[httpx.Response], M]:
     return lambda response: model.model_validate_json(response.content)
 
@@ -106,8 +110,15 @@ def _get(path: str, parse: Callable[[httpx.Response], T], **query: Any) -> Call[
 
 
 # Jobs
+def _warned(response: httpx.Response) -> Job:
+    """The submitted job, with the API's ``Warning: 299 - "text"`` headers as its warnings."""
+    job = Job.model_validate_json(response.content)
+    texts = [_WARNING_RE.sub(r"\1", value) for value in response.headers.get_list("warning")]
+    return job.model_copy(update={"warnings": texts})
+
+
 def submit_job(spec: Mapping[str, Any]) -> Call[Job]:
-    return Call("POST", "/api/v1/jobs", _one(Job), body=dict(spec))
+    return Call("POST", "/api/v1/jobs", _warned, body=dict(spec))
 
 
 def dry_run(spec: Mapping[str, Any]) -> Call[DryRun]:

@@ -42,6 +42,7 @@ from services.api.serving.controller import ControllerLease, ServiceController
 from services.api.serving.gateway import install_gateway
 from services.api.serving.routes import router as services_router
 from services.api.settings import Settings
+from services.api.storage.routes import router as storage_router
 from services.api.tenants.auth import TokenCache, bootstrap_admin
 from services.api.tenants.repository import TenantRepository
 from services.api.tenants.routes import router as tenants_router
@@ -126,6 +127,7 @@ def create_app(
         interactive_router,
         models_router,
         services_router,
+        storage_router,
         docs_pages_router,
     ):
         app.include_router(router)

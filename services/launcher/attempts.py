@@ -15,14 +15,13 @@ from __future__ import annotations
 import random
 
 from services.launcher import repository
-from services.launcher.job_keys import make_job_keys
+from services.launcher.job_keys import has_job_keys, make_job_keys
 from services.launcher.outcomes import SOURCE
 from shared.db.pool import Connection
 from shared.events import TaskAssigned
 from shared.events.jobs import TaskAssignedData
 from shared.ids import new_attempt_id
 from shared.jobs import JobSpec, JobState
-from shared.mpi_spec import MPI_FRAMEWORKS
 
 # Ports handed to tasks: below Linux's default ephemeral range (32768-60999), from which
 # the kernel picks the local port of every outgoing connection on the node, and below
@@ -62,7 +61,7 @@ async def create_attempts(conn: Connection, job_id: str, generation: int) -> int
     ):
         return 0
     spec = JobSpec.model_validate(job.spec)
-    if spec.framework in MPI_FRAMEWORKS and job.allocations:
+    if has_job_keys(job.spec) and job.allocations:
         await make_job_keys(conn, job_id, generation)
     roles = {role.name: role for role in spec.tasks}
     first = (spec.tasks[0].name, 0)

@@ -15,7 +15,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.fetch_spec import Fetch
 from shared.service_spec import ServiceSpec
+
+
+@dataclass(frozen=True)
+class StorageMount:
+    """A storage config as a task mounts it, at /mnt/NAME (``shared/storage_spec.py``);
+    ``read_only`` when the config or the job's use says so."""
+
+    name: str
+    kind: str  # hostpath or nfs
+    source: str  # the host's directory, or SERVER:/EXPORT
+    read_only: bool
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,9 @@ class TaskLaunch:
     service: ServiceSpec | None = None  # a replica of a service: its probes
     gpu_milli: int = 0  # a share of its one GPU, in thousandths (0: whole GPUs)
     gpu_memory_mb: int | None = None  # the share's GPU memory, when the spec says it
+    storage: tuple[StorageMount, ...] = ()
+    shm_mb: int | None = None  # the size of its /dev/shm (None: the node's default)
+    fetch: tuple[Fetch, ...] = ()  # sources fetched into its working directory first
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""An MPI job's ssh keys, one set per generation (migration 0035).
+"""A job's ssh keys, one set per generation (migration 0035): an MPI job's, or a generic
+job's with ``ssh`` (``shared/ssh_spec.py``; every task of such a job holds both pairs).
 
 The launcher makes them with the generation's attempts, in the same transaction, so a
 node that claims a task of the generation finds them; a retry (a new generation) gets a
@@ -11,13 +12,21 @@ node that binds a worker's port first cannot pose as it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from services.launcher.repository import SQL
 from shared.db.pool import Connection
+from shared.mpi_spec import MPI_FRAMEWORKS
+
+
+def has_job_keys(spec: Mapping[str, Any]) -> bool:
+    """Whether a job (its stored spec) gets keys: an MPI job, or one with ``ssh``."""
+    return spec.get("framework") in MPI_FRAMEWORKS or spec.get("ssh") is not None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from datetime import datetime
 from services.launcher import metrics, repository, service_restarts
 from services.launcher.artifacts.commit import commit_job_outputs
 from services.launcher.completion import AttemptOutcome, Verdict, evaluate, retry_delay_s
-from services.launcher.job_keys import forget_job_keys
+from services.launcher.job_keys import forget_job_keys, has_job_keys
 from services.launcher.repository import LockedJob
 from shared.db.pool import Connection
 from shared.events import (
@@ -34,7 +34,6 @@ from shared.events.jobs import (
     TaskStopRequestedData,
 )
 from shared.jobs import JobSpec, JobState, check_transition
-from shared.mpi_spec import MPI_FRAMEWORKS
 from shared.outbox import append
 
 SOURCE = "corral/launcher"
@@ -67,7 +66,7 @@ async def _transition(
     await repository.set_job_state(conn, job_id, to.value, exit_code, reason, event)
     if to is not JobState.RUNNING:
         metrics.JOBS_ENDED.labels(to.value).inc()
-        if job.spec.get("framework") in MPI_FRAMEWORKS:
+        if has_job_keys(job.spec):
             await forget_job_keys(conn, job_id)
     job.state = to
 

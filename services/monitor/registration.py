@@ -1,6 +1,7 @@
-"""Which nodes are announced: a node new to the cluster, back from silence, or whose
-GPUs, rack, CPUs, memory or GPU sharing changed is a new registration (``corral.node.registered``),
-written with its inventory in the flush's transaction (``ingest.py`` batches them).
+"""Which nodes are announced: a node new to the cluster, back from silence, or whose GPUs,
+rack, CPUs, memory, GPU sharing or container runtime changed is a new registration
+(``corral.node.registered``), written with its inventory in the flush's transaction
+(``ingest.py`` batches them).
 """
 
 from __future__ import annotations
@@ -21,16 +22,24 @@ _INVENTORY = operator.attrgetter("index", "uuid", "model", "memory_total_mb", "n
 
 
 def inventory(data: NodeTelemetryData) -> Inventory:
-    """What a node is made of: its rack, CPUs, memory and GPU sharing, and each GPU's (index, uuid,
-    model, memory, NVLink domain). A change is a new registration. The ingest compares it
-    for every heartbeat, hence ``attrgetter`` (half the cost of a generator expression)."""
-    return data.rack, data.cpus, data.memory_mb, data.gpu_sharing, tuple(map(_INVENTORY, data.gpus))
+    """What a node is made of: its rack, CPUs, memory, GPU sharing and container runtime, and
+    each GPU's (index, uuid, model, memory, NVLink domain). A change is a new registration. The
+    ingest compares it for every heartbeat, hence ``attrgetter`` (half the cost of a generator
+    expression)."""
+    return (
+        data.rack,
+        data.cpus,
+        data.memory_mb,
+        data.gpu_sharing,
+        data.container_runtime,
+        tuple(map(_INVENTORY, data.gpus)),
+    )
 
 
 def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
     gpus = [
         GpuInfo(index=i, uuid=u, model=m, memory_total_mb=t, nvlink_domain=d)
-        for i, u, m, t, d in inventory(data)[4]
+        for i, u, m, t, d in inventory(data)[-1]
     ]
     return NodeRegistered(
         source=SOURCE,
@@ -44,6 +53,7 @@ def _registered_event(data: NodeTelemetryData) -> NodeRegistered:
             cpus=data.cpus,
             memory_mb=data.memory_mb,
             gpu_sharing=data.gpu_sharing,
+            container_runtime=data.container_runtime,
         ),
     )
 

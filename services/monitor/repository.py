@@ -27,7 +27,8 @@ ROWS_PER_STATEMENT = 4000  # readings or history rows in one multi-row statement
 _Row = TypeVar("_Row")
 
 GpuInventory = tuple[int, str, str, int, int]  # index, uuid, model, memory_total_mb, nvlink_domain
-Inventory = tuple[str, float, int, str, tuple[GpuInventory, ...]]  # rack, CPUs, memory, sharing, GPUs
+# rack, CPUs, memory, GPU sharing, container runtime, GPUs
+Inventory = tuple[str, float, int, str, str, tuple[GpuInventory, ...]]
 
 
 class NodeHealth(NamedTuple):
@@ -54,10 +55,10 @@ async def lock_nodes(conn: Connection, node_ids: Iterable[str]) -> dict[str, str
 
 async def inventories(conn: Connection, node_ids: list[str]) -> dict[str, Inventory]:
     """What these nodes were made of when last registered (those registered at all)."""
-    nodes: dict[str, tuple[str, float, int, str]] = {}
+    nodes: dict[str, tuple[str, float, int, str, str]] = {}
     gpus: dict[str, list[GpuInventory]] = {}
     for r in await conn.fetch(SQL.gpu_inventories, node_ids):
-        nodes[r["node_id"]] = (r["rack"], r["cpus"], r["memory_mb"], r["gpu_sharing"])
+        nodes[r["node_id"]] = (r["rack"], r["cpus"], r["memory_mb"], r["gpu_sharing"], r["container_runtime"])
         if r["index"] is not None:
             gpus.setdefault(r["node_id"], []).append(
                 (r["index"], r["uuid"], r["model"], r["memory_total_mb"], r["nvlink_domain"])
@@ -79,6 +80,7 @@ async def upsert_nodes(conn: Connection, heartbeats: Sequence[NodeTelemetryData]
         [h.cpus for h in heartbeats],
         [h.memory_mb for h in heartbeats],
         [h.gpu_sharing for h in heartbeats],
+        [h.container_runtime for h in heartbeats],
     )
     return {r["id"]: int(r["expected_gpus"]) for r in rows}
 

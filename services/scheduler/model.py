@@ -76,6 +76,9 @@ class PendingJob:
     # A service replica (kind: service): placed within its VC's quota only, never borrowing,
     # so that no owner's reclaim ever has to stop it (victims.py, planner.py).
     service: bool = False
+    # A task names an image and the job does not allow host execution: placed only on nodes
+    # that run images (``NodeCapacity.runs_images``; images.py).
+    needs_image_runtime: bool = False
     # Derived once: the planner reads them a few hundred thousand times a cycle, and a
     # cached_property (a lock and a dict lookup per read) cost seconds there. ``gpus``
     # counts shares as fractions (quotas and fair share count what a job holds);
@@ -96,8 +99,12 @@ class PendingJob:
         object.__setattr__(self, "widest", max((t.gpus for t in self.tasks), default=0))
         object.__setattr__(self, "shares", shares)
         tasks = tuple((t.role, t.instances, t.gpus, t.cpus, t.memory_mb, t.gpu_milli) for t in self.tasks)
-        asks = (self.vc, tasks, self.gpu_type, self.topology, self.priority)
-        object.__setattr__(self, "asks", repr((*asks, True) if self.service else asks))
+        asks: tuple[object, ...] = (self.vc, tasks, self.gpu_type, self.topology, self.priority)
+        if self.service:
+            asks = (*asks, True)
+        if self.needs_image_runtime:  # (only then: the asks of other jobs stay as they were)
+            asks = (*asks, "image")
+        object.__setattr__(self, "asks", repr(asks))
 
     def progressed(self, version: int, generation: int, attained_gpu_s: float, waited_s: float) -> PendingJob:
         """The same job as a later cycle reads it: only these four can have changed.
@@ -183,6 +190,8 @@ class NodeCapacity:
     # GPU jobs never land on it.
     sharing: bool = False
     shares: dict[int, int] = field(default_factory=dict)
+    # Whether it runs task images: a container runtime, or Kubernetes' pods.
+    runs_images: bool = False
 
     def __post_init__(self) -> None:
         if self.total_gpus < 0:

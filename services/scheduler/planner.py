@@ -59,6 +59,9 @@ their ``max_runtime_s``; those without one, oldest first, last). GPUs free on th
 now are withheld from every job behind it, except jobs whose own ``max_runtime_s`` ends
 before the reservation's start: smaller jobs go ahead only when they cannot delay it.
 
+**Images**: a job whose tasks name an image (and that does not allow host execution) is
+placed only on nodes that run images (``images.py``); other jobs never pay for the check.
+
 **Why pending**: every job left waiting gets one reason from a closed set, its position
 in the order above, and, when the running jobs' limits allow it, an estimated start
 (``estimate.py``).
@@ -70,6 +73,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from services.scheduler.estimate import estimate_starts
+from services.scheduler.images import ImageNodes, place_image_job
 from services.scheduler.levels import PROMOTED, service_levels
 from services.scheduler.model import (
     ANY_TYPE,
@@ -136,6 +140,7 @@ class _Planner:
         self.tally = Tally.of(running)
         self.cluster_gpus = sum(node.total_gpus for node in nodes if node.total_gpus > 0)
         self.victims = VictimFinder(self.index, running, settings, self.cluster_gpus)
+        self.image_nodes = ImageNodes(nodes)
         # Gang shapes that found no place and no victims this cycle: the same shape cannot
         # fare better later in the cycle (GPUs are only taken, searches only used up),
         # so the next job of that shape goes straight to its reason.
@@ -251,6 +256,15 @@ class _Planner:
                     f"user {job.user} holds {in_use:g} GPUs in virtual cluster {job.vc}, whose limit per"
                     f" user is {limit}; this job needs {job.gpus:g} more"
                 )
+        if job.needs_image_runtime and not self.image_nodes.everywhere:
+            return place_image_job(
+                job,
+                self.index,
+                self.image_nodes,
+                lambda gpu_type, borrowed: self.try_place(job, gpu_type, borrowed=borrowed),
+                self.guaranteed_types(job) if job.gpus else [],
+                self.candidate_types(job),
+            )
         if job.gpus == 0:
             if self.try_place(job, "", borrowed=False):
                 return None

@@ -88,6 +88,7 @@ def _demands(row: asyncpg.Record) -> PendingJob:
         max_runtime_s=row["max_runtime_s"],
         traceparent=row["traceparent"],
         service=bool(row["service"]),
+        needs_image_runtime=bool(row["needs_image_runtime"]),
     )
 
 

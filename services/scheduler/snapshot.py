@@ -100,6 +100,7 @@ async def load_snapshot(
             sharing=row["gpu_sharing"] in FRACTION_MODES,
             # A share on a GPU the node no longer reports holds nothing to place around.
             shares={gpu: milli for gpu, milli in shared.get(row["id"], {}).items() if gpu in indices},
+            runs_images=bool(row["runs_images"]),
         )
     running = await _running_jobs(conn, allocations, nodes)
     pending = await (known or PendingJobs()).read(conn, max_pending)

@@ -57,6 +57,38 @@ BEGIN
     END IF;
 END
 $$;
+CREATE FUNCTION launcher.node_attempt_ssh(p_node text, p_secret text, p_attempt text) RETURNS TABLE(user_private_key text, user_public_key text, host_private_key text, host_public_key text, authorized_keys text[])
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    RETURN QUERY
+    SELECT
+        -- (without between_tasks no task logs in to another: it gets no user key)
+        CASE WHEN coalesce((j.spec -> 'ssh' ->> 'between_tasks')::boolean, true)
+             THEN k.user_private_key END,
+        k.user_public_key, k.host_private_key, k.host_public_key,
+        ARRAY(
+            SELECT given.key
+            FROM jsonb_array_elements_text(coalesce(j.spec -> 'ssh' -> 'authorized_keys', '[]'::jsonb))
+                 AS given(key)
+            UNION ALL
+            SELECT u.public_key
+            FROM jsonb_array_elements_text(coalesce(j.spec -> 'ssh' -> 'user_keys', '[]'::jsonb))
+                 AS named(name)
+            JOIN api.user_ssh_keys u ON u.username = j.username AND u.name = named.name
+        )
+    FROM launcher.attempts a
+    JOIN api.jobs j ON j.id = a.job_id AND j.generation = a.generation
+    JOIN launcher.job_ssh_keys k ON k.job_id = a.job_id AND k.generation = a.generation
+    WHERE a.id = p_attempt AND a.node_id = p_node AND a.state = 'STARTING'
+      AND jsonb_typeof(j.spec -> 'ssh') = 'object'
+      AND coalesce(j.spec ->> 'framework', 'generic') = 'generic';
+END
+$$;
 CREATE FUNCTION launcher.node_attempt_states(p_node text, p_secret text, p_attempts text[]) RETURNS TABLE(id text, state text)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -64,6 +96,24 @@ CREATE FUNCTION launcher.node_attempt_states(p_node text, p_secret text, p_attem
 BEGIN
     PERFORM launcher.check_node(p_node, p_secret);
     RETURN QUERY SELECT a.id, a.state FROM launcher.attempts a WHERE a.id = ANY(p_attempts) AND a.node_id = p_node;
+END
+$$;
+CREATE FUNCTION launcher.node_attempt_storage(p_node text, p_secret text, p_attempt text) RETURNS TABLE(name text, kind text, source text, read_only boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM launcher.check_node(p_node, p_secret);
+    PERFORM launcher.check_node_attempt(p_node, p_attempt);
+    RETURN QUERY
+    SELECT c.name, c.kind, c.source, c.read_only
+    FROM launcher.attempts a
+    JOIN api.jobs j ON j.id = a.job_id AND j.generation = a.generation
+    CROSS JOIN LATERAL jsonb_array_elements(coalesce(j.spec -> 'storage', '[]'::jsonb)) AS u(item)
+    JOIN api.storage_configs c ON c.name = u.item ->> 'name'
+    WHERE a.id = p_attempt AND a.node_id = p_node AND a.state = 'STARTING'
+    ORDER BY c.name;
 END
 $$;
 CREATE FUNCTION launcher.node_beat(p_node text, p_secret text, p_instance text, p_hostname text, p_pid integer) RETURNS void
@@ -609,6 +659,25 @@ CREATE TABLE api.services (
     CONSTRAINT services_replicas_check CHECK (((replicas >= 0) AND (replicas <= 64))),
     CONSTRAINT services_revision_check CHECK ((revision >= 1))
 );
+CREATE TABLE api.storage_configs (
+    name text NOT NULL,
+    kind text NOT NULL,
+    source text NOT NULL,
+    read_only boolean DEFAULT false NOT NULL,
+    all_users boolean DEFAULT false NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_by text NOT NULL,
+    CONSTRAINT storage_configs_kind_check CHECK ((kind = ANY (ARRAY['hostpath'::text, 'nfs'::text]))),
+    CONSTRAINT storage_configs_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$'::text)),
+    CONSTRAINT storage_configs_source_check CHECK (((source <> ''::text) AND (length(source) <= 1024)))
+);
+CREATE TABLE api.storage_groups (
+    storage_name text NOT NULL,
+    group_name text NOT NULL
+);
 CREATE TABLE api.tokens (
     id text NOT NULL,
     name text NOT NULL,
@@ -620,6 +689,15 @@ CREATE TABLE api.tokens (
     expires_at timestamp with time zone,
     created_by text DEFAULT 'corral'::text NOT NULL,
     CONSTRAINT tokens_scopes_check CHECK (((cardinality(scopes) > 0) AND (scopes <@ '{read,submit,admin,exec,serve}'::text[])))
+);
+CREATE TABLE api.user_ssh_keys (
+    username text NOT NULL,
+    name text NOT NULL,
+    public_key text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT user_ssh_keys_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9_.-]{0,62}[a-z0-9])?$'::text)),
+    CONSTRAINT user_ssh_keys_public_key_check CHECK (((public_key <> ''::text) AND (length(public_key) <= 16600)))
 );
 CREATE TABLE api.users (
     name text NOT NULL,
@@ -911,6 +989,8 @@ CREATE TABLE monitor.nodes (
     cpus double precision DEFAULT 0 NOT NULL,
     memory_mb bigint DEFAULT 0 NOT NULL,
     gpu_sharing text DEFAULT 'none'::text NOT NULL,
+    container_runtime text DEFAULT ''::text NOT NULL,
+    CONSTRAINT nodes_container_runtime_check CHECK ((container_runtime = ANY (ARRAY[''::text, 'podman'::text, 'docker'::text, 'apptainer'::text]))),
     CONSTRAINT nodes_gpu_sharing_check CHECK ((gpu_sharing = ANY (ARRAY['none'::text, 'timeslice'::text, 'mps'::text, 'hami'::text, 'mig'::text]))),
     CONSTRAINT nodes_state_check CHECK ((state = ANY (ARRAY['READY'::text, 'UNREACHABLE'::text, 'DRAINED'::text])))
 );
@@ -1077,10 +1157,16 @@ ALTER TABLE ONLY api.service_replicas
     ADD CONSTRAINT service_replicas_pkey PRIMARY KEY (job_id);
 ALTER TABLE ONLY api.services
     ADD CONSTRAINT services_pkey PRIMARY KEY (name);
+ALTER TABLE ONLY api.storage_configs
+    ADD CONSTRAINT storage_configs_pkey PRIMARY KEY (name);
+ALTER TABLE ONLY api.storage_groups
+    ADD CONSTRAINT storage_groups_pkey PRIMARY KEY (storage_name, group_name);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_sha256_key UNIQUE (sha256);
+ALTER TABLE ONLY api.user_ssh_keys
+    ADD CONSTRAINT user_ssh_keys_pkey PRIMARY KEY (username, name);
 ALTER TABLE ONLY api.users
     ADD CONSTRAINT users_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY api.virtual_clusters
@@ -1170,6 +1256,7 @@ CREATE INDEX models_by_owner ON api.models USING btree (owner, name);
 CREATE INDEX portal_sessions_expiry ON api.portal_sessions USING btree (expires_at);
 CREATE INDEX service_replicas_by_service ON api.service_replicas USING btree (service, created_at);
 CREATE INDEX services_by_owner ON api.services USING btree (owner, name);
+CREATE INDEX storage_groups_by_group ON api.storage_groups USING btree (group_name);
 CREATE INDEX tokens_by_user ON api.tokens USING btree (username);
 CREATE INDEX webhook_attempts_of ON api.webhook_attempts USING btree (delivery_id, id);
 CREATE INDEX webhook_deliveries_due ON api.webhook_deliveries USING btree (next_attempt_at) WHERE (state = 'pending'::text);
@@ -1216,8 +1303,14 @@ ALTER TABLE ONLY api.service_replicas
     ADD CONSTRAINT service_replicas_job_id_fkey FOREIGN KEY (job_id) REFERENCES api.jobs(id);
 ALTER TABLE ONLY api.service_replicas
     ADD CONSTRAINT service_replicas_service_fkey FOREIGN KEY (service) REFERENCES api.services(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.storage_groups
+    ADD CONSTRAINT storage_groups_group_name_fkey FOREIGN KEY (group_name) REFERENCES api.groups(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.storage_groups
+    ADD CONSTRAINT storage_groups_storage_name_fkey FOREIGN KEY (storage_name) REFERENCES api.storage_configs(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.tokens
     ADD CONSTRAINT tokens_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
+ALTER TABLE ONLY api.user_ssh_keys
+    ADD CONSTRAINT user_ssh_keys_username_fkey FOREIGN KEY (username) REFERENCES api.users(name) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_attempts
     ADD CONSTRAINT webhook_attempts_delivery_id_fkey FOREIGN KEY (delivery_id) REFERENCES api.webhook_deliveries(id) ON DELETE CASCADE;
 ALTER TABLE ONLY api.webhook_deliveries

@@ -6,6 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from shared.container_runtime import RuntimeName
 from shared.events.data import INT32, INT63, TEXT, EventData
 from shared.events.envelope import Envelope
 from shared.gpu_sharing import SharingMode
@@ -34,6 +35,7 @@ class NodeRegisteredData(EventData):
     cpus: float = 0.0
     memory_mb: int = 0
     gpu_sharing: SharingMode = "none"
+    container_runtime: RuntimeName = ""
 
 
 class NodeRegistered(Envelope):
@@ -190,6 +192,10 @@ class NodeTelemetryData(EventData):
     )
     gpu_sharing: SharingMode = Field(
         default="none", description="how the node's pool shares its GPUs (shared/gpu_sharing.py)"
+    )
+    container_runtime: RuntimeName = Field(
+        default="",
+        description="the runtime the node runs task images with (shared/container_runtime.py); '' for none",
     )
     gpus: list[GpuSample] = Field(max_length=1024)
     gpu_fault: str = Field(

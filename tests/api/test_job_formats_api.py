@@ -132,6 +132,18 @@ async def test_an_openpai_v2_job_maps_to_the_native_spec(client: httpx.AsyncClie
     assert worker["command"] == "pip install -r requirements.txt\npython worker.py\necho done"
 
 
+async def test_a_field_read_differently_than_asked_is_a_warning_header(client: httpx.AsyncClient) -> None:
+    body = _openpai(extras__hivedScheduler__taskRoles__worker={"skuNum": 1, "skuType": "H100"})
+    response = await client.post("/api/v1/jobs", content=body, headers=YAML)
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["tasks"][1]["resources"]["gpus"] == 1  # skuNum, not gpu: 2
+    [warning] = response.headers.get_list("warning")
+    assert warning.startswith('299 - "taskRoles.worker: hivedScheduler skuNum 1 differs')
+    plain = await client.post("/api/v1/jobs", content=OPENPAI, headers=YAML)
+    assert plain.status_code == 201
+    assert "warning" not in plain.headers
+
+
 async def test_an_openpai_job_sent_as_json_is_accepted_too(client: httpx.AsyncClient) -> None:
     document = yaml.safe_load(OPENPAI)
     response = await client.post("/api/v1/jobs", json=document)
@@ -183,9 +195,9 @@ DELETE = object()
 
 BAD_PROTOCOL = [
     pytest.param(
-        _openpai(extras={"com.microsoft.pai.runtimeplugin": [{"plugin": "ssh"}]}),
-        "extras.com.microsoft.pai.runtimeplugin",
-        "does not support",
+        _openpai(extras={"com.microsoft.pai.runtimeplugin": [{"plugin": "tensorboard"}]}),
+        "extras.com.microsoft.pai.runtimeplugin.0.plugin",
+        "no runtime plugin 'tensorboard'",
         id="runtime-plugin",
     ),
     pytest.param(_openpai(type="service"), "type", "job", id="not-a-job"),
@@ -197,15 +209,20 @@ BAD_PROTOCOL = [
         id="unknown-image",
     ),
     pytest.param(
-        _openpai(prerequisites=[{"name": "d", "type": "data", "uri": ["hdfs://x"]}]),
-        "prerequisites.0.type",
-        "dockerimage",
-        id="data-prerequisite",
+        _openpai(
+            prerequisites=[
+                *yaml.safe_load(OPENPAI)["prerequisites"],
+                {"name": "d", "type": "data", "uri": ["hdfs://x"]},
+            ]
+        ),
+        "prerequisites.1.uri.0",
+        "cannot fetch hdfs://",
+        id="hdfs-data",
     ),
     pytest.param(
         _openpai(prerequisites__0__auth={"username": "u", "password": "p"}),
         "prerequisites.0.auth",
-        "does not support",
+        "own registry credentials",
         id="registry-auth",
     ),
     pytest.param(

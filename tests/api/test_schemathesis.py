@@ -83,6 +83,8 @@ RULES_THE_SCHEMA_CANNOT_STATE = {
     "createSilence": "it ends before it starts or is over already",
     "createWebhook": "the virtual cluster does not exist",
     "putVirtualCluster": "`allowed_groups` names a group that does not exist",
+    # A storage's source depends on its kind; its groups must exist.
+    "putStorage": "`source` does not suit `kind`",
     "registerModelVersion": "the source job is not yours, did not succeed",
     # A service's port must be one of its role's port labels: a rule across two fields.
     "createService": "the service's port is not a port label of its role",

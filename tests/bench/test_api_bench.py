@@ -37,3 +37,18 @@ def test_a_small_run_prints_one_json_line_with_both_figures() -> None:
 def test_percentile_takes_the_rank_below() -> None:
     assert percentile([float(n) for n in range(1, 101)], 0.99) == 100.0
     assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_openpai_submits_are_measured_beside_native_ones() -> None:
+    command = [sys.executable, "-m", "bench.api", "--submits", "40", "--warmup", "5", "--concurrency", "4"]
+    command += ["--subscribers", "0", "--openpai", "--rounds", "1"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=170, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["submits_per_s"] > 0
+    assert result["openpai_submits_per_s"] > 0
+    assert result["openpai_ratio"] == pytest.approx(
+        result["openpai_submits_per_s"] / result["submits_per_s"], abs=0.001
+    )

@@ -10,14 +10,17 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from services.launcher.drivers import StorageMount
 from services.launcher.kubernetes.manifests import (
     ManifestError,
     OwnerRef,
     pod_manifest,
     service_manifest,
+    storage_mounts,
 )
 from services.launcher.kubernetes.names import dns_label, kubernetes_environment, label_value, pod_dns_name
 from services.launcher.kubernetes.settings import KubernetesSettings
+from shared.jobs import JobSpec
 from tests.launcher.samples import TASK_LAUNCH
 
 # The oldest Kubernetes still commonly run and the newest the package knows.
@@ -180,3 +183,56 @@ def test_a_pod_gets_the_sandbox_promises() -> None:
             k: v for k, v in container["resources"]["limits"].items() if not k.startswith("nvidia.com/")
         }
         assert container["resources"]["requests"] == limits
+
+
+STORAGE_LAUNCH = dataclasses.replace(
+    TASK_LAUNCH,
+    shm_mb=4096,
+    storage=(
+        StorageMount("team_data", "nfs", "nfs1.example.com:/datasets", read_only=True),
+        StorageMount("scratch", "hostpath", "/srv/corral-storage/scratch", read_only=False),
+        StorageMount("v6", "nfs", "[fd00::1]:/v6", read_only=False),
+    ),
+)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_storage_and_shm_size_become_volumes(version: str) -> None:
+    pod = pod_manifest(STORAGE_LAUNCH, SETTINGS, OWNER)
+    validate(pod, version)
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "4096Mi"}}
+    assert volumes["storage-0"]["nfs"] == {
+        "server": "nfs1.example.com",
+        "path": "/datasets",
+        "readOnly": True,
+    }
+    assert volumes["storage-1"]["hostPath"] == {"path": "/srv/corral-storage/scratch", "type": "Directory"}
+    assert volumes["storage-2"]["nfs"]["server"] == "fd00::1"
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "storage-0", "mountPath": "/mnt/team_data", "readOnly": True} in mounts
+    assert {"name": "storage-1", "mountPath": "/mnt/scratch", "readOnly": False} in mounts
+    # Without them, as before: /dev/shm of the node's default, no storage.
+    plain = pod_manifest(TASK_LAUNCH, SETTINGS, OWNER)
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in plain["spec"]["volumes"]
+    assert not [v for v in plain["spec"]["volumes"] if v["name"].startswith("storage-")]
+
+
+def test_a_jobs_storage_is_resolved_from_the_configs_and_a_missing_one_refused() -> None:
+    spec = JobSpec.model_validate(
+        {
+            "name": "train",
+            "tasks": [{"name": "main", "command": "true", "resources": {"gpus": 0}}],
+            "storage": [{"name": "data", "read_only": True}, {"name": "models"}],
+        }
+    )
+    configs = [
+        {"name": "models", "kind": "hostpath", "source": "/srv/m", "read_only": True},
+        {"name": "data", "kind": "nfs", "source": "n:/d", "read_only": False},
+    ]
+    assert storage_mounts(spec, configs) == (
+        StorageMount("data", "nfs", "n:/d", read_only=True),
+        StorageMount("models", "hostpath", "/srv/m", read_only=True),
+    )
+    with pytest.raises(ManifestError, match="storage 'models' has no config any more"):
+        storage_mounts(spec, configs[1:])

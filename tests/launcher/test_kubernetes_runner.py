@@ -16,8 +16,9 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from services.launcher.kubernetes.driver import KubernetesDriver
+from services.launcher.kubernetes.manifests import ManifestError
 from services.launcher.kubernetes.names import pod_name
-from services.launcher.kubernetes.runner import KubernetesRunner
+from services.launcher.kubernetes.runner import KubernetesRunner, _launch
 from services.launcher.kubernetes.settings import KubernetesSettings
 from services.launcher.repository import SQL
 from shared.db.pool import Database
@@ -218,3 +219,11 @@ async def test_the_launcher_service_runs_tasks_as_pods_when_told_to(
             launcher.kill()
             raise
     assert code == 0, output.read_text()
+
+
+def test_a_job_with_ssh_is_refused_on_kubernetes_rather_than_run_without_it() -> None:
+    """Node agents wire a generic job's ssh; the Kubernetes driver does not yet, and says so
+    when the task would start (the attempt then ends with this reason)."""
+    spec = {"name": "t", "tasks": [{"name": "main", "command": "ssh main-0 true"}], "ssh": {}}
+    with pytest.raises(ManifestError, match="the Kubernetes driver does not yet"):
+        _launch({"spec": spec}, "node-1", [])

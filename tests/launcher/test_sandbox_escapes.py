@@ -202,3 +202,19 @@ def test_a_mount_inside_a_readable_path_is_there_too_and_read_only(tmp_path: Pat
         subprocess.run(["umount", str(driver)], check=True)
     assert "the driver" in said, said
     assert "Read-only file system" in said, said
+
+
+def test_a_task_cannot_change_the_cgroup_tree(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The root is read-only and the task unprivileged: no new cgroup to move itself into
+    (out of its limits), no limit of its own raised, no process moved."""
+    said = _run(
+        sandbox,
+        tmp_path,
+        "mkdir /sys/fs/cgroup/corral-escape 2>&1 | head -1; echo mkdir=$?;"
+        " echo max > /sys/fs/cgroup/memory.max 2>&1; echo $$ > /sys/fs/cgroup/cgroup.procs 2>&1;"
+        " ls -d /sys/fs/cgroup/corral-escape 2>&1 | head -1",
+    )
+    assert not Path("/sys/fs/cgroup/corral-escape").exists(), said
+    assert "mkdir: cannot create directory" in said, said
+    assert said.count("Read-only file system") + said.count("Permission denied") >= 3, said
+    assert "No such file or directory" in said, said

@@ -63,6 +63,9 @@ class Job(Model):
     spec: dict[str, Any] = Field(default_factory=dict)
     pending: Pending | None = None
     attempts: list[Attempt] = Field(default_factory=list)
+    # What the API said about how it read the submitted document (its Warning headers;
+    # e.g. an OpenPAI field Corral reads differently than asked). Only on a submit's answer.
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def finished(self) -> bool:

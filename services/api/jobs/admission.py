@@ -33,14 +33,19 @@ class ClusterShape:
     # none (it sets no limit) or no node is known: then nothing is refused for them.
     largest_cpus: float | None = None
     largest_memory_mb: int | None = None
+    # Whether some node runs task images (a container runtime, or Kubernetes' pods); None
+    # when no node is known.
+    runs_images: bool | None = None
 
     @classmethod
-    def of(cls, nodes: Iterable[tuple[int, str | None, float, int]]) -> ClusterShape:
-        """From (GPU count, GPU model, CPUs, memory MiB) per registered node."""
+    def of(cls, nodes: Iterable[tuple[int, str | None, float, int, bool]]) -> ClusterShape:
+        """From (GPU count, GPU model, CPUs, memory MiB, runs images) per registered node."""
         found: dict[str, list[int]] = {}
         cpus: list[float] = []
         memory: list[int] = []
-        for gpus, model, node_cpus, node_memory_mb in nodes:
+        images: list[bool] = []
+        for gpus, model, node_cpus, node_memory_mb, runs_images in nodes:
+            images.append(runs_images)
             if gpus and model:
                 found.setdefault(gpu_type_of(model), []).append(gpus)
             cpus.append(node_cpus)
@@ -49,6 +54,7 @@ class ClusterShape:
             {t: TypeShape(len(sizes), max(sizes), sum(sizes)) for t, sizes in found.items()},
             max(cpus) if cpus and all(cpus) else None,
             max(memory) if memory and all(memory) else None,
+            any(images) if images else None,
         )
 
 
@@ -74,6 +80,7 @@ class ShapeCache:
 def check_can_ever_run(spec: JobSpec, shape: ClusterShape) -> None:
     """Raise ``InvalidInput`` when no registered node (of the job's GPU type) could hold it."""
     _check_cpus_and_memory(spec, shape)
+    _check_images(spec, shape)
     if not shape.types or spec.total_gpus == 0:
         return
     known = ", ".join(sorted(shape.types))
@@ -122,3 +129,18 @@ def _check_cpus_and_memory(spec: JobSpec, shape: ClusterShape) -> None:
                 f"task {task.name} asks for {memory_mb} MiB of memory per instance, but the largest node"
                 f" offers {shape.largest_memory_mb} MiB; ask for less (resources.memory_mb)"
             )
+
+
+def _check_images(spec: JobSpec, shape: ClusterShape) -> None:
+    """A task that names an image runs inside it, never on a host as if it named none: where
+    no registered node runs images, such a job is refused unless it opts in to the host."""
+    if shape.runs_images is not False or spec.allow_host_execution:
+        return
+    images = sorted({task.image for task in spec.tasks if task.image})
+    if images:
+        raise InvalidInput(
+            f"the job's tasks run in image {', '.join(images)}, but no node of this cluster runs container"
+            " images (none sets CORRAL_CONTAINER_RUNTIME, none is run by Kubernetes). Set"
+            " allow_host_execution: true to run the command on a node's host, outside the image, or"
+            " ask an operator for a node with a container runtime"
+        )

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Request
+from fastapi import Request, Response
 from pydantic import ValidationError
 
 from services.api.jobs.idempotency import request_digest
@@ -83,6 +84,16 @@ class SubmittedJob:
     digest: str  # of the document as parsed (idempotency.py)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     openpai: bool = False
+    # What the submitter is told about how Corral reads the document (an HTTP Warning).
+    warnings: list[str] = field(default_factory=list)
+
+
+def add_warnings(response: Response, warnings: list[str]) -> None:
+    """Each warning as an HTTP ``Warning: 299 - "..."`` header, as the Kubernetes API
+    server sends them (and ``corral submit`` prints them)."""
+    for warning in warnings:
+        text = re.sub(r"[\x00-\x1f\x7f]", " ", warning.replace('"', "'")).encode("ascii", "replace").decode()
+        response.headers.append("Warning", f'299 - "{text}"')
 
 
 async def read_job(request: Request, max_bytes: int) -> SubmittedJob:
@@ -99,11 +110,11 @@ async def read_job(request: Request, max_bytes: int) -> SubmittedJob:
     digest = request_digest(document)
     if is_openpai(document):
         try:
-            spec, secrets = to_native(document)
+            mapped = to_native(document)
         except ProtocolInvalid as exc:
             errors = [{"field": ".".join(map(str, loc)) or "body", "message": msg} for loc, msg in exc.errors]
             raise SpecInvalid("the OpenPAI job (protocol v2) is not one Corral can run", errors) from None
-        return SubmittedJob(spec, digest, secrets, openpai=True)
+        return SubmittedJob(mapped.spec, digest, mapped.secrets, openpai=True, warnings=mapped.warnings)
     try:
         return SubmittedJob(JobSpec.model_validate(document), digest)
     except ValidationError as exc:

@@ -16,17 +16,17 @@ OpenPAI v2                                  Corral
 ``resourcePerInstance.ports``               ``ports`` (label → count, ``PAI_PORT_LIST_*``)
 ``commands`` (+ ``deployments`` pre/post)   ``command``: trimmed lines joined by newlines, as
                                             OpenPAI does, with ``<% $parameters.x %>`` filled in
-``dockerImage`` → ``prerequisites``         ``image``: the ``dockerimage`` prerequisite's ``uri``
+``prerequisites``, a role's ``dockerImage``,  ``image``, ``fetch``, ``outputs``
+``script``, ``data``, ``output``              (``openpai_prerequisites.py``)
+``extraContainerOptions.shmMB``             ``shm_mb``: the size of the task's /dev/shm
 ``completion.minSucceededInstances``        ``completion.min_succeeded`` (null/-1: all)
 ``completion.minFailedInstances``           ``completion.min_failed`` (null: 1; -1: only when
                                             every instance failed)
 ``jobRetryCount``                           ``retry.max_retries``
 ``defaults.virtualCluster``                 ``virtual_cluster``
-``extras.hivedScheduler.jobPriorityClass``  ``priority``: oppo -100, test 0 (OpenPAI's
-                                            default, so Corral's), prod 100, crit 200
-``extras.hivedScheduler.taskRoles.*.skuType``  ``resources.gpu_type``
-``extras.gangAllocation``                   accepted; Corral always places a job's tasks
-                                            together, which satisfies either value
+``extras``: runtime plugins (``ssh``,      ``ssh``, ``storage``, ``priority``,
+``teamwise_storage``), ``hivedScheduler``,  ``resources.gpus/gpu_type``,
+``gangAllocation``, ``corral``              ``allow_host_execution`` (``openpai_extras.py``)
 ==========================================  ==================================================
 
 **Secrets.** ``<% $secrets.y %>`` is *not* filled in here (OpenPAI does not either: its
@@ -42,17 +42,27 @@ OpenPAI: inside single quotes a reference is not expanded.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from services.api.jobs.openpai_extras import RUNTIME_PLUGINS, Extras, ExtrasInvalid, map_extras
+from services.api.jobs.openpai_prerequisites import (
+    Prerequisite,
+    PrerequisiteInvalid,
+    Prerequisites,
+    fetches_of,
+    reference_root,
+)
 from shared.jobs import NAME_PATTERN, JobSpec
 
 SECRET_ENV_PREFIX = "CORRAL_SECRET_"  # noqa: S105  # a variable name prefix, not a secret
-PRIORITY_CLASSES = {"oppo": -100, "test": 0, "prod": 100, "crit": 200}
-# <% $parameters.a.b %>, <% $secrets.list[0] %>: the only template tokens OpenPAI renders.
+# <% $parameters.a.b %>, <% $secrets.list[0] %>, <% $script.uri %>: the template tokens
+# OpenPAI renders (``$script``, ``$data`` and ``$output`` are the task role's own).
 _TOKEN_RE = re.compile(r"<%\s*(.*?)\s*%>", re.DOTALL)
-_REFERENCE_RE = re.compile(r"^\$(parameters|secrets)((?:\.[A-Za-z0-9_-]+|\[\d+\])+)$")
+_REFERENCE_RE = re.compile(r"^\$(parameters|secrets|script|data|output)((?:\.[A-Za-z0-9_-]+|\[\d+\])+)$")
+_ROLE_REFERENCES = ("script", "data", "output")
 _PATH_PART_RE = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
 MAX_SECRET_CHARS = 32_768
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -78,6 +88,11 @@ class ResourcePerInstance(_Model):
     ports: dict[str, Int] | None = None
 
 
+class ExtraContainerOptions(_Model):
+    shmMB: Int | None = Field(default=None, ge=1)
+    infiniband: bool | None = None
+
+
 class TaskRoleV2(_Model):
     protocolVersion: Literal[2, "2"] | None = None
     instances: Int = Field(default=1, ge=1)
@@ -87,21 +102,12 @@ class TaskRoleV2(_Model):
     )
     prerequisites: list[str] | None = None
     dockerImage: str
+    script: str | None = None
+    data: str | None = None
+    output: str | None = None
+    extraContainerOptions: ExtraContainerOptions | None = None
     resourcePerInstance: ResourcePerInstance
     commands: list[str] = Field(min_length=1)
-
-
-class DockerImage(_Model):
-    """A ``dockerimage`` prerequisite. ``auth`` (a private registry's password) is not
-    carried out: the cluster's nodes pull with their own credentials."""
-
-    name: str
-    type: Literal["dockerimage"]
-    uri: str
-    protocolVersion: Literal[2, "2"] | None = None
-    version: str | float | None = None
-    contributor: str | None = None
-    description: str | None = None
 
 
 class DeploymentRole(_Model):
@@ -120,20 +126,6 @@ class Defaults(_Model):
     deployment: str | None = None
 
 
-class HivedRole(_Model):
-    skuType: str | None = None
-
-
-class Hived(_Model):
-    jobPriorityClass: Literal["oppo", "test", "prod", "crit"] | None = None
-    taskRoles: dict[str, HivedRole] | None = None
-
-
-class Extras(_Model):
-    gangAllocation: bool | None = None
-    hivedScheduler: Hived | None = None
-
-
 class JobProtocolV2(_Model):
     """An OpenPAI job, as its ``protocolVersion: 2`` YAML says."""
 
@@ -143,7 +135,7 @@ class JobProtocolV2(_Model):
     version: str | float | None = None
     contributor: str | None = None
     description: str | None = None
-    prerequisites: list[DockerImage] = Field(default_factory=list)
+    prerequisites: list[Prerequisite] = Field(default_factory=list)
     parameters: dict[str, Any] = Field(default_factory=dict)
     secrets: dict[str, Any] = Field(default_factory=dict)
     jobRetryCount: Int = Field(default=0, ge=0)
@@ -170,19 +162,39 @@ def is_openpai(document: object) -> bool:
     return isinstance(document, dict) and "protocolVersion" in document
 
 
-def to_native(document: dict[str, Any]) -> tuple[JobSpec, dict[str, str]]:
-    """The native spec of an OpenPAI v2 document, and the secrets its commands use
-    (environment variable name → value, to be stored apart). Raises ``ProtocolInvalid``."""
+@dataclass(frozen=True)
+class Mapped:
+    """An OpenPAI document as Corral runs it: the native spec, the secrets its commands use
+    (environment variable name → value, stored apart), and what the submitter should be
+    told about the mapping (a field Corral reads differently than asked)."""
+
+    spec: JobSpec
+    secrets: dict[str, str]
+    warnings: list[str]
+
+
+def to_native(document: dict[str, Any]) -> Mapped:
+    """The native spec of an OpenPAI v2 document. Raises ``ProtocolInvalid``."""
     try:
         job = JobProtocolV2.model_validate(document)
     except ValidationError as exc:
         raise ProtocolInvalid([(tuple(e["loc"]), _message(e)) for e in exc.errors()]) from None
+    try:
+        return _mapped(job)
+    except (ExtrasInvalid, PrerequisiteInvalid) as exc:
+        raise ProtocolInvalid([(exc.loc, str(exc))]) from None
+
+
+def _mapped(job: JobProtocolV2) -> Mapped:
     _check_names(job)
-    images = _images(job)
+    prerequisites = Prerequisites.check(job.prerequisites)
     deployment = _deployment(job)
+    extras = map_extras(
+        job.extras, {name: role.resourcePerInstance.gpu for name, role in job.taskRoles.items()}
+    )
     secrets: dict[str, str] = {}
     tasks: list[dict[str, Any]] = []
-    hived = job.extras.hivedScheduler or Hived()
+    outputs: dict[str, dict[str, str]] = {}
     for role_name, role in job.taskRoles.items():
         at: tuple[str | int, ...] = ("taskRoles", role_name)
         lines = list(role.commands)
@@ -190,36 +202,71 @@ def to_native(document: dict[str, Any]) -> tuple[JobSpec, dict[str, str]]:
             extra = deployment.taskRoles[role_name]
             lines = (extra.preCommands or []) + lines + (extra.postCommands or [])
         command = "\n".join(line.strip() for line in lines)
+        image = prerequisites.named(role.dockerImage, "dockerimage", (*at, "dockerImage"))
+        script = role.script and prerequisites.named(role.script, "script", (*at, "script"))
+        data = role.data and prerequisites.named(role.data, "data", (*at, "data"))
+        output = role.output and prerequisites.named(role.output, "output", (*at, "output"))
+        references: dict[str, Any] = {"parameters": job.parameters, "secrets": job.secrets}
+        for kind, item in (("script", script), ("data", data)):
+            if item:
+                references[kind] = reference_root(item)
+        if output:
+            outputs[output.name] = {"name": output.name, "path": output.name}
+            references["output"] = reference_root(output, "${CORRAL_OUTPUT_DIR}/" + output.name)
         task: dict[str, Any] = {
             "name": role_name,
             "instances": role.instances,
-            "command": _render(command, job, secrets, (*at, "commands")),
-            "image": images[role.dockerImage],
+            "command": _render(command, references, secrets, (*at, "commands")),
+            "image": image.uri,
             "resources": {
-                "gpus": role.resourcePerInstance.gpu,
+                "gpus": extras.gpus.get(role_name, role.resourcePerInstance.gpu),
                 "cpus": role.resourcePerInstance.cpu,
                 "memory_mb": role.resourcePerInstance.memoryMB,
             },
             "ports": role.resourcePerInstance.ports or {},
             "completion": _completion(role, at),
+            "fetch": fetches_of(script or None, data or None),
         }
-        sku = (hived.taskRoles or {}).get(role_name, HivedRole()).skuType
-        if sku is not None:
-            task["resources"]["gpu_type"] = sku
+        if role_name in extras.gpu_types:
+            task["resources"]["gpu_type"] = extras.gpu_types[role_name]
+        task.update(_container_options(role, at))
         tasks.append(task)
-    _check_references(job, images)
+    _check_references(job, prerequisites)
     native: dict[str, Any] = {
         "name": job.name.lower(),
         "tasks": tasks,
         "virtual_cluster": job.defaults.virtualCluster or "default",
-        "priority": PRIORITY_CLASSES[hived.jobPriorityClass or "test"],
         "retry": {"max_retries": job.jobRetryCount},
+        "outputs": list(outputs.values()),
+        **extras.job,
     }
     try:
-        return JobSpec.model_validate(native), secrets
+        spec = JobSpec.model_validate(native)
     except ValidationError as exc:
         names = list(job.taskRoles)
         raise ProtocolInvalid([(_protocol_loc(e["loc"], names), _message(e)) for e in exc.errors()]) from None
+    return Mapped(spec, secrets, extras.warnings)
+
+
+def _container_options(role: TaskRoleV2, at: tuple[str | int, ...]) -> dict[str, Any]:
+    options = role.extraContainerOptions
+    if options is None:
+        return {}
+    if options.infiniband:
+        _refuse(
+            (*at, "extraContainerOptions", "infiniband"),
+            "Corral does not pass InfiniBand devices into tasks; remove infiniband (NCCL then uses "
+            "the network it finds)",
+        )
+    if options.shmMB is None:
+        return {}
+    if options.shmMB > role.resourcePerInstance.memoryMB:
+        _refuse(
+            (*at, "extraContainerOptions", "shmMB"),
+            f"shmMB ({options.shmMB}) is more than the task's memory ({role.resourcePerInstance.memoryMB}"
+            " MiB): /dev/shm is memory the task uses; raise resourcePerInstance.memoryMB or lower shmMB",
+        )
+    return {"shm_mb": options.shmMB}
 
 
 def _message(error: Any) -> str:
@@ -228,7 +275,7 @@ def _message(error: Any) -> str:
     if error["type"] == "missing":
         return "required field is missing"
     if tuple(error["loc"])[:1] == ("prerequisites",) and tuple(error["loc"])[-1:] == ("type",):
-        return "Corral supports only prerequisites of type dockerimage (script, data, output: not yet)"
+        return "a prerequisite's type is dockerimage, script, data or output"
     return str(error["msg"])
 
 
@@ -249,31 +296,13 @@ def _check_names(job: JobProtocolV2) -> None:
             )
 
 
-def _images(job: JobProtocolV2) -> dict[str, str]:
-    images: dict[str, str] = {}
-    for index, item in enumerate(job.prerequisites):
-        if item.name in images:
-            _refuse(("prerequisites", index, "name"), f"dockerimage {item.name!r} is given twice")
-        images[item.name] = item.uri
-    for role_name, role in job.taskRoles.items():
-        if role.dockerImage not in images:
-            _refuse(
-                ("taskRoles", role_name, "dockerImage"),
-                f"no prerequisite of type dockerimage is named {role.dockerImage!r}",
-            )
-    return images
-
-
-def _check_references(job: JobProtocolV2, images: dict[str, str]) -> None:
+def _check_references(job: JobProtocolV2, prerequisites: Prerequisites) -> None:
     for role_name, role in job.taskRoles.items():
         for index, name in enumerate(role.prerequisites or []):
-            if name not in images:
+            if name not in prerequisites.by_name:
                 _refuse(
                     ("taskRoles", role_name, "prerequisites", index), f"no prerequisite is named {name!r}"
                 )
-    for role_name in (job.extras.hivedScheduler or Hived()).taskRoles or {}:
-        if role_name not in job.taskRoles:
-            _refuse(("extras", "hivedScheduler", "taskRoles", role_name), "no task role has this name")
 
 
 def _deployment(job: JobProtocolV2) -> Deployment | None:
@@ -309,10 +338,13 @@ def _completion(role: TaskRoleV2, at: tuple[str | int, ...]) -> dict[str, int]:
     return completion
 
 
-def _render(command: str, job: JobProtocolV2, secrets: dict[str, str], at: tuple[str | int, ...]) -> str:
-    """Fill in parameters; turn secret references into environment variable references
-    (recording name → value in ``secrets``). Unknown references are errors (OpenPAI would
-    leave ``<% ... %>`` in the command, for the shell to choke on)."""
+def _render(
+    command: str, references: dict[str, Any], secrets: dict[str, str], at: tuple[str | int, ...]
+) -> str:
+    """Fill in parameters and the role's script, data and output; turn secret references
+    into environment variable references (recording name → value in ``secrets``). Unknown
+    references are errors (OpenPAI would leave ``<% ... %>`` in the command, for the shell
+    to choke on)."""
 
     def replace(match: re.Match[str]) -> str:
         reference = match.group(1)
@@ -320,14 +352,16 @@ def _render(command: str, job: JobProtocolV2, secrets: dict[str, str], at: tuple
         if parsed is None:
             _refuse(
                 at,
-                f"'<% {reference[:60]} %>' is not a reference Corral fills in;"
-                " use <% $parameters.x %> or <% $secrets.x %>",
+                f"'<% {reference[:60]} %>' is not a reference Corral fills in; use <% $parameters.x %>,"
+                " <% $secrets.x %>, or the role's <% $script.x %>, <% $data.x %>, <% $output.x %>",
             )
         kind, path = parsed.group(1), parsed.group(2)
-        value = _lookup(job.parameters if kind == "parameters" else job.secrets, path)
+        if kind in _ROLE_REFERENCES and kind not in references:
+            _refuse(at, f"refers to ${kind}{path}, but the task role names no {kind} prerequisite")
+        value = _lookup(references[kind], path)
         if value is None:
             _refuse(at, f"refers to ${kind}{path}, which `{kind}` does not define")
-        if kind == "parameters":
+        if kind != "secrets":
             return value
         if "\x00" in value or len(value) > MAX_SECRET_CHARS:
             _refuse(("secrets",), f"${kind}{path} is longer than {MAX_SECRET_CHARS} characters or holds NUL")
@@ -372,6 +406,8 @@ _NATIVE_TO_PROTOCOL: dict[tuple[str, ...], tuple[str, ...]] = {
     ("ports",): ("resourcePerInstance", "ports"),
     ("completion", "min_succeeded"): ("completion", "minSucceededInstances"),
     ("completion", "min_failed"): ("completion", "minFailedInstances"),
+    ("shm_mb",): ("extraContainerOptions", "shmMB"),
+    ("fetch",): ("prerequisites",),
 }
 _TOP_TO_PROTOCOL: dict[str, tuple[str, ...]] = {
     "name": ("name",),
@@ -379,6 +415,10 @@ _TOP_TO_PROTOCOL: dict[str, tuple[str, ...]] = {
     "virtual_cluster": ("defaults", "virtualCluster"),
     "priority": ("extras", "hivedScheduler", "jobPriorityClass"),
     "retry": ("jobRetryCount",),
+    "ssh": ("extras", RUNTIME_PLUGINS),
+    "storage": ("extras", RUNTIME_PLUGINS),
+    "outputs": ("prerequisites",),
+    "allow_host_execution": ("extras", "corral", "allowHostExecution"),
 }
 
 

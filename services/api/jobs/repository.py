@@ -296,7 +296,8 @@ class JobRepository:
         row = await self.db.fetchrow(SQL.node_last_heard, node_id)
         return NodeLease(**row) if row is not None else None
 
-    async def cluster_shape(self) -> list[tuple[int, str | None, float, int]]:
-        """(GPU count, GPU model, CPUs, memory MiB) of every registered node, ready or not."""
+    async def cluster_shape(self) -> list[tuple[int, str | None, float, int, bool]]:
+        """(GPU count, GPU model, CPUs, memory MiB, runs images) of every registered node,
+        ready or not."""
         rows = await self.db.fetch(SQL.cluster_shape)
-        return [(r["gpus"], r["model"], r["cpus"], r["memory_mb"]) for r in rows]
+        return [(r["gpus"], r["model"], r["cpus"], r["memory_mb"], r["runs_images"]) for r in rows]

@@ -18,7 +18,7 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from services.api.audit import AuditEntry, audited_with_change, set_audit_target
 from services.api.dependencies import MaybeJetStream, SettingsDep
-from services.api.jobs.body import OPENAPI_BODY, SubmittedJob, read_job
+from services.api.jobs.body import OPENAPI_BODY, SubmittedJob, add_warnings, read_job
 from services.api.jobs.cancellation import cancel_job as cancel
 from services.api.jobs.dependencies import JobsRepo, MaybeNodes, MaybeScheduler, Shapes
 from services.api.jobs.history import MAX_JOB_EVENTS, job_history
@@ -147,6 +147,7 @@ async def submit_job(
     )
     if submitted.replayed:
         response.headers[REPLAYED_HEADER] = "true"
+    add_warnings(response, job.warnings)
     set_audit_target(request, submitted.job.id)
     if submitted.audited:
         audited_with_change(request, SUBMITTED)

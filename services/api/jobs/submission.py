@@ -24,6 +24,8 @@ from services.api.audit import AuditEntry
 from services.api.jobs.admission import ClusterShape, ShapeCache, check_can_ever_run
 from services.api.jobs.idempotency import IdempotencyKey
 from services.api.jobs.repository import JobRepository, JobRow, JobWrites, NewJob
+from services.api.jobs.ssh_access import check_user_keys
+from services.api.jobs.storage_access import check_storage
 from services.api.models.inputs import pin_inputs, record_inputs
 from services.api.models.repository import Reader
 from shared.errors import Forbidden, InvalidInput
@@ -75,6 +77,8 @@ class Submitter:
         (the call's entry and status): written with the job when the submit is one
         statement, and then ``audited`` says so (services/api/audit.py)."""
         check_can_ever_run(spec, await self.shapes.get())
+        await check_storage(self.repo.db, spec, vc_user)
+        await check_user_keys(self.repo.db, spec, username)
         job = NewJob(new_job_id(), spec, username, tags)
         event = JobSubmitted(
             source=SOURCE,
@@ -114,6 +118,8 @@ class Submitter:
     async def check(self, spec: JobSpec, username: str, vc_user: str | None) -> None:
         """The checks of a submit, storing nothing (for dry runs)."""
         check_can_ever_run(spec, await self.shapes.get())
+        await check_storage(self.repo.db, spec, vc_user)
+        await check_user_keys(self.repo.db, spec, username)
         async with self.repo.transaction() as tx:
             await self._check_vc(tx, spec, vc_user)
             await pin_inputs(tx.conn, spec.inputs, Reader(username, vc_user is None))

@@ -24,16 +24,13 @@ from services.launcher import metrics
 from services.launcher.agent import sandboxed
 from services.launcher.agent.adoption import unwatched_task
 from services.launcher.agent.artifacts import (
-    ArtifactsProblem,
     TaskArtifacts,
-    prepare_task,
     save_outputs,
 )
 from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.agent.event_files import EventFileCopies
 from services.launcher.agent.gpu_share.shares import GpuShares
 from services.launcher.agent.gpu_share.watch import OVER_LIMIT_PLATFORM
-from services.launcher.agent.mpi import ready_mpi_task
 from services.launcher.agent.probes import LIVENESS_PLATFORM, Probes
 from services.launcher.agent.processes import (
     Exit,
@@ -46,6 +43,7 @@ from services.launcher.agent.processes import (
     wait_adopted,
     wait_spawned,
 )
+from services.launcher.agent.readying import StartSteps
 from services.launcher.agent.repository import NodeRepository
 from services.launcher.agent.sandbox.identities import IdentityProblem
 from services.launcher.agent.sandbox.sandbox import Sandbox
@@ -97,6 +95,7 @@ class NodeAgent:
         self._on_task_end = on_task_end  # (the interactive sessions of the attempt end with it)
         self._artifacts = artifacts  # None: this agent cannot run jobs with inputs or outputs
         self.shares = shares or GpuShares(GpuSharingSettings(), None)
+        self.steps = StartSteps(self._records, artifacts, sandbox, state_dir)  # (readying.py)
         self.event_files = EventFileCopies(tg)
         self.probes = Probes(tg, self._records.set_readiness, self.stop, stop_grace_s)
         self.epoch: int | None = None
@@ -210,24 +209,26 @@ class NodeAgent:
             return False
         cwd = self._work_dir / task.job_id
         task.memory_mb, task.gpu_indices = task_role.resources.memory_mb, tuple(row["gpu_indices"])
-        if spec.inputs or spec.outputs:
-            try:
-                env.update(await prepare_task(self._artifacts, task, spec, cwd))
-            except ArtifactsProblem as exc:
-                task.platform = exc.platform
-                await self.report_exit(task, Exit(None, None, f"could not place the task's inputs: {exc}"))
-                return False
-        if (failed := await ready_mpi_task(task, spec, row, peers, env, cwd, self._sandbox)) is not None:
-            await self.report_exit(task, failed)
+        if self._sandbox is not None:
+            # Known to the sandbox from here on: its job keeps its uid while it starts (readying.py).
+            self._sandbox.hold(task.job_id, task.attempt_id)
+        try:
+            ready = await self.steps.ready(task, spec, task_role, row, peers, env, cwd)
+        except BaseException:
+            await self._finish_sandbox(task)  # (no cgroup yet: only the hold and any uid claim)
+            raise
+        if isinstance(ready, Exit):
+            await self._finish_sandbox(task)
+            await self.report_exit(task, ready)
             return False
         try:
             if self._sandbox is None:
                 cwd.mkdir(parents=True, exist_ok=True)
-                proc = await spawn(task_role.command, env, task.log_path, task.files, cwd)
+                proc = await spawn(ready.role.command, env, task.log_path, task.files, cwd)
             else:
                 try:
                     proc = sandboxed.start(
-                        self._sandbox, task, row["username"], list(row["gpu_indices"]), env, cwd, task_role
+                        self._sandbox, task, row["username"], env, cwd, ready.role, ready.mounts
                     )
                 except BaseException:
                     await self._finish_sandbox(task)  # its cgroup and uid claim, if made

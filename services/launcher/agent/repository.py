@@ -65,6 +65,16 @@ class NodeRepository:
         row = await self.db.fetchrow(SQL.claim_attempt, *self._me, attempt_id, epoch)
         return None if row is None else dict(row)
 
+    async def attempt_storage(self, attempt_id: str) -> list[asyncpg.Record]:
+        """The storage configs (name, kind, source, read_only) its job uses, as they are
+        now, while the attempt is STARTING here; a config deleted meanwhile is absent."""
+        return await self.db.fetch(SQL.attempt_storage, *self._me, attempt_id)
+
+    async def attempt_ssh(self, attempt_id: str) -> asyncpg.Record | None:
+        """The job's keys and the public keys that may log in, for a STARTING attempt of a
+        generic job with ``ssh`` here; None for any other."""
+        return await self.db.fetchrow(SQL.attempt_ssh, *self._me, attempt_id)
+
     async def mark_running(
         self,
         attempt_id: str,

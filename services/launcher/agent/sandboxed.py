@@ -16,6 +16,7 @@ from pathlib import Path
 from services.launcher.agent import input_tree
 from services.launcher.agent.processes import Exit, spawn_sandboxed
 from services.launcher.agent.sandbox.sandbox import Sandbox
+from services.launcher.agent.storage_mounts import TaskMounts
 from services.launcher.agent.tasks import Task
 from shared.jobs import TaskRole
 
@@ -28,13 +29,14 @@ def start(
     sandbox: Sandbox,
     task: Task,
     username: str,
-    gpu_indices: list[int],
     env: dict[str, str],
     cwd: Path,
     task_role: TaskRole,
+    mounts: TaskMounts,
 ) -> subprocess.Popen[bytes]:
-    """Ready the task's uid, working directory, cores and cgroup; start its helper.
-    Its output directory (its job declares outputs) becomes the task's own."""
+    """Ready the task's uid, working directory, cores and cgroup; start its helper with
+    its storage and /dev/shm size (``mounts``). Its output directory (its job declares
+    outputs) becomes the task's own."""
     assert task.files is not None
     assert task.log_path is not None
     launch = sandbox.prepare(
@@ -42,12 +44,14 @@ def start(
         job_id=task.job_id,
         username=username,
         resources=task_role.resources,
-        gpu_indices=gpu_indices,
+        gpu_indices=list(task.gpu_indices),
         workdir=cwd,
         log_path=task.log_path,
         pid_file=task.files.pid_file,
         exit_file=task.files.exit_file,
         command=task_role.command,
+        binds=mounts.binds,
+        shm_mb=mounts.shm_mb,
     )
     task.cgroup = launch.cgroup
     if task.output_dir is not None:

@@ -16,7 +16,12 @@ exactly what was validated.
   (``run_as_user``), with no privilege escalation, every capability dropped, the
   runtime's default seccomp profile and a read-only root filesystem; its working
   directory (``/work``, also ``HOME``), ``/tmp`` and ``/dev/shm`` are emptyDirs of its
-  own. No service account token is mounted: a task must not act on the cluster's API.
+  own (``/dev/shm`` of ``shm_mb`` when the task asks). No service account token is
+  mounted: a task must not act on the cluster's API.
+- A task role with ``fetch`` gets an init container that fetches its sources into
+  ``/work`` first, in the task's image (``kubernetes/fetch.py``).
+- A job's storage is a ``hostPath`` (a directory, which must exist) or ``nfs`` volume
+  each, mounted at ``/mnt/NAME``, read-only when the config or the job's use says so.
 - A replica of a service gets the spec's probes as the kubelet's: ``readinessProbe`` an
   ``httpGet`` (a ``tcpSocket`` on the service's port when the spec has none) and
   ``livenessProbe`` an ``httpGet``, on the container port allocated to the probe's label;
@@ -36,7 +41,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from services.launcher.drivers import TaskLaunch
+from services.launcher.agent.fetching import FetchSettings
+from services.launcher.drivers import StorageMount, TaskLaunch
+from services.launcher.kubernetes.fetch import fetch_init_container
 from services.launcher.kubernetes.names import (
     ATTEMPT_ID_ANNOTATION,
     ATTEMPT_LABEL,
@@ -54,7 +61,9 @@ from services.launcher.kubernetes.names import (
     service_name,
 )
 from services.launcher.kubernetes.settings import KubernetesSettings
+from shared.jobs import JobSpec
 from shared.service_spec import Probe
+from shared.storage_spec import STORAGE_MOUNT_ROOT
 
 Manifest = dict[str, Any]
 CONTAINER_NAME = "task"
@@ -201,6 +210,49 @@ WORK_DIR = "/work"
 _OWN_DIRECTORIES = (("work", WORK_DIR, False), ("tmp", "/tmp", False), ("dshm", "/dev/shm", True))  # noqa: S108
 
 
+def storage_mounts(spec: JobSpec, configs: list[dict[str, Any]]) -> tuple[StorageMount, ...]:
+    """The storage a job's tasks mount, from the configs read at the claim; a config gone
+    since the submit is a ``ManifestError`` (the task fails to start, saying so)."""
+    found = {str(c["name"]): c for c in configs}
+    mounts = []
+    for use in spec.storage:
+        config = found.get(use.name)
+        if config is None:
+            raise ManifestError(
+                f"storage {use.name!r} has no config any more (deleted since the submit); ask an admin"
+                " to define it again (PUT /api/v1/storage/NAME), or drop it from the job"
+            )
+        read_only = bool(config["read_only"]) or use.read_only
+        mounts.append(StorageMount(use.name, str(config["kind"]), str(config["source"]), read_only))
+    return tuple(mounts)
+
+
+def _storage_volumes(launch: TaskLaunch) -> tuple[list[Manifest], list[Manifest]]:
+    """(volumes, volume mounts) of the task's storage; volumes are named by position, as
+    a storage's name may hold ``_``, which a volume's may not."""
+    volumes, mounts = [], []
+    for index, storage in enumerate(launch.storage):
+        name = f"storage-{index}"
+        if storage.kind == "nfs":
+            server, _, export = storage.source.rpartition(":")
+            volume: Manifest = {
+                "nfs": {"server": server.strip("[]"), "path": export, "readOnly": storage.read_only}
+            }
+        else:
+            volume = {"hostPath": {"path": storage.source, "type": "Directory"}}
+        volumes.append({"name": name, **volume})
+        path = f"{STORAGE_MOUNT_ROOT}/{storage.name}"
+        mounts.append({"name": name, "mountPath": path, "readOnly": storage.read_only})
+    return volumes, mounts
+
+
+def _own_volume(name: str, in_memory: bool, shm_mb: int | None) -> Manifest:
+    if not in_memory:
+        return {"name": name, "emptyDir": {}}
+    size = {"sizeLimit": f"{shm_mb}Mi"} if shm_mb is not None else {}
+    return {"name": name, "emptyDir": {"medium": "Memory", **size}}
+
+
 def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerRef | None = None) -> Manifest:
     image = launch.image or settings.default_image
     if image is None:
@@ -243,6 +295,8 @@ def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerR
         },
         "volumeMounts": [{"name": name, "mountPath": path} for name, path, _ in _OWN_DIRECTORIES],
     }
+    storage_volumes, storage_volume_mounts = _storage_volumes(launch)
+    container["volumeMounts"] += storage_volume_mounts
     ports = _container_ports(launch)
     if ports:
         container["ports"] = ports
@@ -262,12 +316,14 @@ def pod_manifest(launch: TaskLaunch, settings: KubernetesSettings, owner: OwnerR
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [
-            {"name": name, "emptyDir": {"medium": "Memory"} if in_memory else {}}
-            for name, _, in_memory in _OWN_DIRECTORIES
+            *(_own_volume(name, in_memory, launch.shm_mb) for name, _, in_memory in _OWN_DIRECTORIES),
+            *storage_volumes,
         ],
         "containers": [container],
         **_node_selection(launch.node_id, settings),
     }
+    if launch.fetch:  # (the task's sources, fetched first: kubernetes/fetch.py)
+        spec["initContainers"] = [fetch_init_container(launch, container, WORK_DIR, FetchSettings())]
     if launch.max_runtime_s is not None:
         spec["activeDeadlineSeconds"] = max(1, launch.max_runtime_s)
     if settings.service_account is not None:

@@ -54,7 +54,7 @@ from services.launcher.agent.environment import Peer, task_environment
 from services.launcher.drivers import TaskEnded, TaskLaunch, TaskObserved
 from services.launcher.exit_codes import LOG_TAIL_BYTES, TaskEnd, classify, read_log_tail
 from services.launcher.kubernetes.driver import KubernetesDriver, KubernetesDriverError
-from services.launcher.kubernetes.manifests import ManifestError
+from services.launcher.kubernetes.manifests import ManifestError, storage_mounts
 from services.launcher.kubernetes.mpi import mpi_wiring
 from services.launcher.kubernetes.pod_logs import PodLogs
 from services.launcher.reporting import peers_of, report_end, report_started
@@ -130,8 +130,8 @@ class KubernetesRunner:
             if row is None:
                 return
             peers = peers_of(row)
-            launch = _launch(row, node_id, peers)
             try:
+                launch = _launch(row, node_id, peers)
                 await self._driver.start(launch, await mpi_wiring(self._db, row, peers))
             except (KubernetesDriverError, ManifestError) as exc:
                 log.error("%s", exc)
@@ -277,6 +277,14 @@ def _launch(row: dict[str, Any], node_id: str, peers: list[Peer]) -> TaskLaunch:
     """A claimed attempt as the driver takes it: the environment the node agent would
     give it (without this process's own variables: a container keeps its image's)."""
     spec = JobSpec.model_validate(row["spec"])
+    if spec.ssh is not None:
+        # Said at the start, never run without it: a command that runs `ssh worker-1`
+        # would fail in a way that blames the user.
+        raise ManifestError(
+            "the job asks for ssh between or into its tasks (ssh, OpenPAI's ssh plugin), which node"
+            " agents wire and the Kubernetes driver does not yet; run it on a node agent's nodes,"
+            " or drop ssh (framework: mpi wires ssh on Kubernetes too)"
+        )
     role, index = row["task_role"], row["task_index"]
     task_role = next(r for r in spec.tasks if r.name == role)
     gpu_indices = list(row["gpu_indices"])
@@ -313,4 +321,7 @@ def _launch(row: dict[str, Any], node_id: str, peers: list[Peer]) -> TaskLaunch:
         ports=me.ports if me else {},
         max_runtime_s=spec.max_runtime_s,
         service=spec.service if spec.kind == "service" else None,
+        storage=storage_mounts(spec, row["storage"]),
+        shm_mb=task_role.shm_mb,
+        fetch=tuple(task_role.fetch),
     )

@@ -13,6 +13,8 @@ container ``OOMKilled``           ``oom_killed``               permanent
 ``Evicted`` / kubelet pressure    ``evicted``                  unknown
 ``ErrImagePull`` & co.            ``image_pull_failed``        unknown
 create-container errors           ``start_failed``             permanent
+init ``fetch``: source's fault    ``fetch_refused``            permanent
+init ``fetch``: network, time     ``fetch_failed``             unknown
 kubelet rejected (``OutOfcpu``)   ``node_rejected``            transient
 disruption: scheduler preempted   ``preempted``                transient
 disruption: drained (eviction)    ``preempted``                transient
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.launcher.drivers import TaskEnded
+from services.launcher.kubernetes.fetch import fetch_failure
 from services.launcher.kubernetes.manifests import CONTAINER_NAME
 from services.launcher.kubernetes.names import ATTEMPT_ID_ANNOTATION, JOB_LABEL
 
@@ -121,6 +124,8 @@ def _failed(pod: Pod, terminated: dict[str, Any]) -> TaskEnded:
         return TaskEnded(code, None, "evicted", f"evicted by the kubelet{_detail(message)}")
     if why in NODE_GONE_REASONS:
         return TaskEnded(code, None, "node_lost", f"its node went away ({why}){_detail(message)}")
+    if (fetch := fetch_failure(pod)) is not None:
+        return fetch
     if terminated:
         return _from_container(terminated)
     if why.startswith("OutOf") or why in ADMISSION_FAILURES:

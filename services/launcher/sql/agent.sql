@@ -22,7 +22,13 @@ RETURNING a.id, a.job_id, a.generation, a.task_role, a.task_index, a.attempt_no,
           -- Every task of the generation (this one too): where it runs, its ports.
           (SELECT jsonb_agg(jsonb_build_object('task_role', p.task_role, 'task_index', p.task_index,
                                                'node_id', p.node_id, 'host', p.host, 'ports', p.ports))
-           FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation) AS peers;
+           FROM launcher.attempts p WHERE p.job_id = a.job_id AND p.generation = a.generation) AS peers,
+          -- The storage configs its job uses, as they are now (one deleted since is absent).
+          (SELECT coalesce(jsonb_agg(jsonb_build_object('name', c.name, 'kind', c.kind, 'source', c.source,
+                                                        'read_only', c.read_only)), '[]'::jsonb)
+           FROM api.storage_configs c
+           WHERE c.name IN (SELECT u ->> 'name' FROM jsonb_array_elements(coalesce(j.spec -> 'storage', '[]')) u))
+              AS storage;
 
 -- name: mark_attempt_running
 -- The job's row is locked first (the subquery's lock is taken before the attempt's row

@@ -19,6 +19,7 @@ from services.monitor.exporter.capacity import node_capacity
 from services.monitor.settings import Settings
 from shared.aio import raise_if_cancelling
 from shared.bus.nats import NatsBus
+from shared.container_runtime import ContainerRuntimeSettings, RuntimeName, runtime_refusal
 from shared.events import NodeTelemetry
 from shared.events.nodes import NodeTelemetryData
 from shared.gpu_sharing import GpuSharingSettings, mode_refusal
@@ -31,7 +32,7 @@ SOURCE = "corral/exporter"
 
 
 async def publish_forever(
-    bus: NatsBus, backend: GpuBackend, settings: Settings, sharing: GpuSharingSettings
+    bus: NatsBus, backend: GpuBackend, settings: Settings, sharing: GpuSharingSettings, runtime: RuntimeName
 ) -> None:
     node_id = settings.exporter.node_id
     boot = f"{int(time.time())}-{os.getpid()}"
@@ -56,6 +57,7 @@ async def publish_forever(
                 cpus=capacity.cpus,
                 memory_mb=capacity.memory_mb,
                 gpu_sharing=sharing.mode,
+                container_runtime=runtime,
                 gpu_fault=backend.fault,
             ),
         )
@@ -67,7 +69,9 @@ async def publish_forever(
         await asyncio.sleep(max(0.0, settings.exporter.interval_s - (time.monotonic() - started)))
 
 
-async def serve(settings: Settings, backend: GpuBackend, sharing: GpuSharingSettings) -> None:
+async def serve(
+    settings: Settings, backend: GpuBackend, sharing: GpuSharingSettings, runtime: RuntimeName
+) -> None:
     provider = setup_telemetry("exporter", settings.common.telemetry)
     exporter = settings.exporter
     bus = await NatsBus.connect(settings.common.nats, name=f"corral-exporter-{exporter.node_id}")
@@ -80,7 +84,7 @@ async def serve(settings: Settings, backend: GpuBackend, sharing: GpuSharingSett
         health = Health("exporter", {"nats": nats_connected})
         async with asyncio.TaskGroup() as tg:
             tg.create_task(serve_health(health, settings.common.health), name="health")
-            tg.create_task(publish_forever(bus, backend, settings, sharing), name="heartbeats")
+            tg.create_task(publish_forever(bus, backend, settings, sharing, runtime), name="heartbeats")
     finally:
         await bus.close()
         backend.close()
@@ -115,8 +119,12 @@ def main() -> int:
         gpu_types=types,
         fault=backend.fault,
     )
+    # A runtime named but missing likewise: jobs with images must not be placed where
+    # they cannot run in their image.
+    runtime = ContainerRuntimeSettings()
+    refusal = refusal or runtime_refusal(runtime)
     if refusal:
         backend.close()
         print(f"corral exporter: {refusal}", file=sys.stderr)
         return 2
-    return run_service("exporter", lambda: serve(settings, backend, sharing))
+    return run_service("exporter", lambda: serve(settings, backend, sharing, runtime.name))

@@ -7,17 +7,17 @@ SELECT id, state FROM monitor.nodes WHERE id = ANY($1::text[]) ORDER BY id FOR N
 -- Many nodes at once (new to this monitor, or their GPUs changed); returns the GPUs each
 -- is expected to have.
 INSERT INTO monitor.nodes AS n (id, hostname, simulated, state, gpu_count, last_heartbeat, address,
-                                 expected_gpus, rack, cpus, memory_mb, gpu_sharing)
+                                 expected_gpus, rack, cpus, memory_mb, gpu_sharing, container_runtime)
 SELECT r.id, r.hostname, r.simulated, 'READY', r.gpu_count, now(), r.address, r.gpu_count, r.rack,
-       r.cpus, r.memory_mb, r.gpu_sharing
+       r.cpus, r.memory_mb, r.gpu_sharing, r.container_runtime
 FROM unnest($1::text[], $2::text[], $3::bool[], $4::int[], $5::text[], $6::text[], $7::float8[], $8::bigint[],
-            $9::text[])
-     AS r(id, hostname, simulated, gpu_count, address, rack, cpus, memory_mb, gpu_sharing)
+            $9::text[], $10::text[])
+     AS r(id, hostname, simulated, gpu_count, address, rack, cpus, memory_mb, gpu_sharing, container_runtime)
 ORDER BY r.id
 ON CONFLICT (id) DO UPDATE
 SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EXCLUDED.gpu_count,
     address = EXCLUDED.address, rack = EXCLUDED.rack, cpus = EXCLUDED.cpus, memory_mb = EXCLUDED.memory_mb,
-    gpu_sharing = EXCLUDED.gpu_sharing,
+    gpu_sharing = EXCLUDED.gpu_sharing, container_runtime = EXCLUDED.container_runtime,
     last_heartbeat = now(),
     expected_gpus = greatest(n.expected_gpus, EXCLUDED.gpu_count),
     state = 'READY',
@@ -25,9 +25,9 @@ SET hostname = EXCLUDED.hostname, simulated = EXCLUDED.simulated, gpu_count = EX
 RETURNING n.id, n.expected_gpus;
 
 -- name: gpu_inventories
--- Each node's rack, CPUs, memory, GPU sharing and GPUs as stored (one row with a NULL index
--- for a node without GPUs).
-SELECT n.id AS node_id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing, g.index, g.uuid, g.model, g.memory_total_mb, g.nvlink_domain
+-- Each node's rack, CPUs, memory, GPU sharing, container runtime and GPUs as stored (one row
+-- with a NULL index for a node without GPUs).
+SELECT n.id AS node_id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing, n.container_runtime, g.index, g.uuid, g.model, g.memory_total_mb, g.nvlink_domain
 FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
 WHERE n.id = ANY($1::text[]) ORDER BY n.id, g.index;
 

@@ -9,16 +9,19 @@ WHERE a.job_id = j.id AND a.released_at IS NULL
 -- name: ready_nodes
 -- Ready: the monitor hears the node and has not drained it, and a node agent holds a live
 -- lease to run tasks there. A GPU NVML reports lost is no capacity. A node's GPUs are of
--- one model (its type is derived from the model in Python: shared/gpu_types.py).
+-- one model (its type is derived from the model in Python: shared/gpu_types.py). It runs
+-- task images when it has a container runtime, or when Kubernetes runs it (a pod always runs
+-- its image).
 SELECT n.id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing, array_agg(g.index ORDER BY g.index) AS gpu_indices,
-       array_agg(g.nvlink_domain ORDER BY g.index) AS gpu_domains, min(g.model) AS model
+       array_agg(g.nvlink_domain ORDER BY g.index) AS gpu_domains, min(g.model) AS model,
+       n.container_runtime <> '' OR bool_or(a.isolation = 'pod') AS runs_images
 FROM monitor.nodes n
 JOIN launcher.agents a ON a.node_id = n.id AND a.lost_at IS NULL AND a.lease_expires_at > now()
 LEFT JOIN monitor.gpus g
     ON g.node_id = n.id
    AND NOT EXISTS (SELECT 1 FROM monitor.gpu_readings r WHERE r.node_id = g.node_id AND r.index = g.index AND r.lost)
 WHERE n.state = 'READY' AND n.drained_at IS NULL
-GROUP BY n.id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing;
+GROUP BY n.id, n.rack, n.cpus, n.memory_mb, n.gpu_sharing, n.container_runtime;
 
 -- name: node_models
 -- The GPU model of every node holding allocations (ready or not), to type running jobs.
@@ -80,7 +83,8 @@ ORDER BY created_at, id LIMIT $1;
 
 -- name: pending_demands
 -- Only what placement needs: per role, its name, instances, and GPUs, CPUs and memory per
--- instance; the job's one GPU type (upper case), topology and limit.
+-- instance; the job's one GPU type (upper case), topology and limit; whether it must run on a
+-- node that runs images (a task names one, and the job does not allow host execution).
 SELECT id, priority, virtual_cluster, username,
        (SELECT array_agg(ARRAY[t->>'name', t->>'instances', t->'resources'->>'gpus',
                                coalesce(t->'resources'->>'cpus', '0'),
@@ -90,7 +94,9 @@ SELECT id, priority, virtual_cluster, username,
         WHERE t->'resources'->>'gpu_type' IS NOT NULL LIMIT 1) AS gpu_type,
        coalesce(spec->>'topology', 'pack') AS topology,
        (spec->>'max_runtime_s')::float8 AS max_runtime_s, traceparent,
-       spec->>'kind' = 'service' AS service
+       spec->>'kind' = 'service' AS service,
+       NOT coalesce((spec->>'allow_host_execution')::bool, false)
+           AND jsonb_path_exists(spec, '$.tasks[*].image ? (@ != null)') AS needs_image_runtime
 FROM api.jobs
 WHERE id = ANY($1::text[]);
 

@@ -142,9 +142,13 @@ SELECT ($2::text IS NULL OR v.allowed_groups IS NULL
 FROM api.virtual_clusters v WHERE v.name = $1 FOR SHARE OF v;
 
 -- name: cluster_shape
--- Every registered node (ready or not) with its GPU count and model: what any job could
--- ever get. Read by the submit checks (admission.py), cached for a few seconds.
-SELECT n.id, greatest(n.gpu_count, n.expected_gpus) AS gpus, min(g.model) AS model, n.cpus, n.memory_mb
+-- Every registered node (ready or not) with its GPU count and model, and whether it runs
+-- task images (a container runtime, or Kubernetes' pods): what any job could ever get. Read
+-- by the submit checks (admission.py), cached for a few seconds.
+SELECT n.id, greatest(n.gpu_count, n.expected_gpus) AS gpus, min(g.model) AS model, n.cpus, n.memory_mb,
+       n.container_runtime <> ''
+           OR EXISTS (SELECT 1 FROM launcher.agents a WHERE a.node_id = n.id AND a.isolation = 'pod')
+           AS runs_images
 FROM monitor.nodes n LEFT JOIN monitor.gpus g ON g.node_id = n.id
 GROUP BY n.id;
 

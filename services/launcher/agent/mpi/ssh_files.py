@@ -14,7 +14,7 @@ process that took a worker's port first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +84,10 @@ def worker_name(index: int) -> str:
     return f"worker-{index}"
 
 
+def _workers_name(peer: Peer) -> str:
+    return worker_name(peer.index)
+
+
 def workers_of(peers: Iterable[Peer]) -> list[Peer]:
     """The job's workers in index order: the order of the hostfile and of the ranks."""
     return sorted((p for p in peers if p.role == WORKER_ROLE), key=lambda p: p.index)
@@ -124,12 +128,19 @@ def known_hosts_text(job_id: str, host_public_key: str) -> str:
     return f"{host_alias(job_id)} {host_public_key.strip()}\n"
 
 
-def ssh_config_text(job_id: str, workers: list[Peer], user: str, paths: SshPaths) -> str:
-    """The client config ``mpirun``'s ssh uses (``ssh -F``): each worker by its name."""
+def ssh_config_text(
+    job_id: str,
+    workers: list[Peer],
+    user: str,
+    paths: SshPaths,
+    name: Callable[[Peer], str] = _workers_name,
+) -> str:
+    """The client config ``mpirun``'s ssh uses (``ssh -F``): each worker by its name
+    (``name``: a generic job's tasks are ``ROLE-INDEX``)."""
     lines: list[str] = []
     for worker in workers:
         lines += [
-            f"Host {worker_name(worker.index)}",
+            f"Host {name(worker)}",
             f"  HostName {worker.host}",
             f"  Port {ssh_port(worker)}",
             f"  HostKeyAlias {host_alias(job_id)}",
@@ -154,14 +165,20 @@ def ssh_wrapper_text(paths: SshPaths) -> str:
     return f"#!/bin/sh\nexec ssh -F '{config}' \"$@\"\n"
 
 
-def sshd_config_text(worker: Peer, user: str, paths: SshPaths, session_env: Mapping[str, str]) -> str:
-    """One worker's unprivileged sshd: its port and address, the job's host key and user
-    key, no password, no forwarding; ``session_env`` (the worker's own variables) in
-    every session it starts, so the ranks see the worker's GPUs, PATH and job variables
-    (sshd starts sessions with a bare environment otherwise)."""
+def sshd_config_text(
+    worker: Peer,
+    user: str,
+    paths: SshPaths,
+    session_env: Mapping[str, str],
+    also_listen: Sequence[str] = (),
+) -> str:
+    """One worker's unprivileged sshd: its port and address (and ``also_listen``), the
+    job's host key and user key, no password, no forwarding; ``session_env`` (the
+    worker's own variables) in every session it starts, so the ranks see the worker's
+    GPUs, PATH and job variables (sshd starts sessions with a bare environment otherwise)."""
     lines = [
         f"Port {ssh_port(worker)}",
-        f"ListenAddress {worker.host}",
+        *(f"ListenAddress {address}" for address in dict.fromkeys([worker.host, *also_listen])),
         f"HostKey {_path_argument(paths.host_key, tokens=False)}",
         f"AuthorizedKeysFile {_path_argument(paths.authorized_keys)}",
         "PidFile none",

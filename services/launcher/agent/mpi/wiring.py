@@ -3,10 +3,10 @@ spawns it — the launcher's ssh barrier, the job's ssh files, the task's variab
 
 Who owns the files: the task's identity. With a sandbox, the job's uid on this node is
 claimed here (``Sandbox.identities.claim``, which gives a job the same identity for
-as long as it holds it — what ``Sandbox.prepare`` claims a moment later). The claim is
-made after the barrier's wait and nothing awaits between it and the spawn: the
-agent's sweep releases the uids of jobs with no task here (``Sandbox.release_unused``),
-and must not see this claim before ``prepare`` records the task. Without a sandbox the
+as long as it holds it — what ``Sandbox.prepare`` claims at the spawn). The agent's
+sweep releases the uids of jobs with no task here (``Sandbox.release_unused``); the agent
+made this task known to the sandbox before its start's steps (``Sandbox.hold``,
+readying.py), so the claim outlives the awaits that follow it. Without a sandbox the
 task runs as the agent's user, who owns the files.
 """
 
@@ -152,7 +152,6 @@ async def ready_mpi_task(
             await wait_for_sshds(targets, timeout_s, lambda: task.stop_reason is not None or task.fenced)
         except BarrierTimeout as exc:
             return _failure(task, BARRIER_PLATFORM, str(exc))
-    # From here on nothing awaits until the spawn (module docstring).
     try:
         identity = (
             agents_identity() if sandbox is None else sandbox.identities.claim(task.job_id, row["username"])
@@ -161,7 +160,7 @@ async def ready_mpi_task(
         return _failure(task, START_FAILED, f"could not start the task: {exc}")
 
     def as_process_sees(worker_env: dict[str, str]) -> dict[str, str]:
-        return _as_sandbox_sets(worker_env, spec, role, sandbox, row)
+        return as_sandbox_sets(worker_env, spec, role, sandbox, row)
 
     try:
         wire_task(spec, task.job_id, me, peers, keys, identity, env, cwd, sshd, as_process_sees)
@@ -195,10 +194,10 @@ def wire_task(
     write_ssh_files(paths.root, texts, identity, programs=frozenset({paths.ssh_wrapper}))
 
 
-def _as_sandbox_sets(
+def as_sandbox_sets(
     env: dict[str, str], spec: JobSpec, role: str, sandbox: Sandbox | None, row: dict[str, Any]
 ) -> dict[str, str]:
-    """The worker's environment as its process will see it: a sandbox names its GPUs
+    """A task's environment as its process will see it: a sandbox names its GPUs
     by UUID and sets its threads (``Sandbox.prepare``), which the sessions need too."""
     if sandbox is None:
         return env

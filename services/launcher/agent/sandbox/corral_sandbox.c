@@ -12,8 +12,10 @@
  *   INIT (pid 1 of the task's pid namespace, in its cgroups)
  *     makes a mount namespace: the root read-only and nosuid, a private /proc, a
  *     private /dev with only the standard nodes and the task's own devices, tmpfs on
- *     /tmp, /var/tmp and /dev/shm, empty tmpfs over the hidden paths (Corral's home,
- *     the agent's state), the task's working directory bound writable, and (with
+ *     /tmp, /var/tmp and /dev/shm (of --shm-mb MiB when given), empty tmpfs over the
+ *     hidden paths (Corral's home, the agent's state), the task's storage (--bind: a
+ *     host directory at /mnt/NAME, on a private tmpfs over /mnt that holds only those),
+ *     the task's working directory bound writable, and (with
  *     --passwd, --group) the agent's account files for the task bound read-only over
  *     /etc/passwd and /etc/group, so that its uid has a name and a home; forks MAIN,
  *     forwards stop signals to every process of the namespace, reaps orphans, and
@@ -115,7 +117,10 @@ static const char *pid_file, *exit_file, *log_file, *workdir;
 static const char *passwd_file, *group_file; /* seen by the task as /etc/passwd, /etc/group */
 static const char *cgroups[MAX_LIST], *hidden[MAX_LIST], *devices[MAX_LIST], *writable[MAX_LIST];
 static const char *readable[MAX_LIST];
-static int n_cgroups, n_hidden, n_devices, n_writable, n_readable;
+static const char *bind_source[MAX_LIST], *bind_target[MAX_LIST]; /* --bind SRC:DST:ro|rw */
+static int bind_read_only[MAX_LIST];
+static int n_cgroups, n_hidden, n_devices, n_writable, n_readable, n_binds;
+static long shm_mb = -1;       /* the size of the private /dev/shm (-1: tmpfs's default) */
 static long uid = -1, gid = -1;
 static int nodev; /* no devices controller (cgroup v2): device nodes work only in /dev */
 static char **command;
@@ -168,6 +173,40 @@ static void add(const char **list, int *count, const char *value) {
     list[(*count)++] = value;
 }
 
+/* A path the helper may mount from or at: absolute, and plain (no empty, "." or ".."
+ * part), so it names what it seems to (the agent checks this too). */
+static int plain_path(const char *path) {
+    if (path[0] != '/' || path[1] == 0) return 0;
+    for (const char *part = path + 1; part;) {
+        const char *end = strchr(part, '/');
+        size_t n = end ? (size_t)(end - part) : strlen(part);
+        if (n == 0 || (n == 1 && part[0] == '.') || (n == 2 && part[0] == '.' && part[1] == '.')) return 0;
+        part = end ? end + 1 : NULL;
+    }
+    return 1;
+}
+
+/* --bind SRC:DST:ro|rw, split in place: DST one name under /mnt (a task's storage is
+ * mounted there and nowhere else), SRC any plain absolute path (it may hold no ':'). */
+static void add_bind(char *value) {
+    char *mode = strrchr(value, ':');
+    if (!mode) { errno = EINVAL; die("--bind SRC:DST:ro|rw"); }
+    *mode++ = 0;
+    char *target = strrchr(value, ':');
+    if (!target) { errno = EINVAL; die("--bind SRC:DST:ro|rw"); }
+    *target++ = 0;
+    int read_only = strcmp(mode, "ro") == 0;
+    if ((!read_only && strcmp(mode, "rw") != 0) || !plain_path(value) || !plain_path(target)
+        || strncmp(target, "/mnt/", 5) != 0 || strchr(target + 5, '/')) {
+        errno = EINVAL;
+        die("--bind SRC:/mnt/NAME:ro|rw (plain absolute paths)");
+    }
+    if (n_binds == MAX_LIST) { errno = E2BIG; die("too many --bind"); }
+    bind_source[n_binds] = value;
+    bind_target[n_binds] = target;
+    bind_read_only[n_binds++] = read_only;
+}
+
 static void parse(int argc, char **argv) {
     int i = 1;
     for (; i < argc; i++) {
@@ -191,6 +230,12 @@ static void parse(int argc, char **argv) {
         else if (strcmp(flag, "--device") == 0) add(devices, &n_devices, value);
         else if (strcmp(flag, "--writable") == 0) add(writable, &n_writable, value);
         else if (strcmp(flag, "--readable") == 0) add(readable, &n_readable, value);
+        else if (strcmp(flag, "--bind") == 0) add_bind(argv[i]);
+        else if (strcmp(flag, "--shm-mb") == 0) {
+            char *end;
+            shm_mb = strtol(value, &end, 10);
+            if (*end || shm_mb < 1 || shm_mb > 16L * 1024 * 1024) { errno = EINVAL; die("--shm-mb"); }
+        }
         else if (strcmp(flag, "--join") == 0) join_pid = strtol(value, NULL, 10);
         else if (strcmp(flag, "--pid-fd") == 0) report_fd = (int)strtol(value, NULL, 10);
         else { errno = EINVAL; die(flag); }
@@ -202,7 +247,7 @@ static void parse(int argc, char **argv) {
         failing = "could not run the command in the task";
         if (join_pid <= 1 || !workdir || uid <= 0 || gid <= 0 || n_cgroups == 0 || !command[0]
             || command[0][0] != '/' || pid_file || exit_file || log_file || nodev || n_hidden || n_devices
-            || n_writable || n_readable || passwd_file || group_file) {
+            || n_writable || n_readable || passwd_file || group_file || n_binds || shm_mb != -1) {
             errno = EINVAL;
             die("usage: corral-sandbox --join PID --uid N --gid N --workdir D --cgroup-procs F... [--env-fd N] "
                 "[--pid-fd N] [--tty] -- /ABSOLUTE/COMMAND ARGS...");
@@ -214,7 +259,7 @@ static void parse(int argc, char **argv) {
         errno = EINVAL;
         die("usage: corral-sandbox --pid-file F --exit-file F --log F --workdir D --uid N --gid N [--env-fd N] "
             "[--cgroup-procs F]... [--hide D]... [--device F]... [--writable D]... [--readable D]... [--nodev] "
-            "[--passwd F] [--group F] -- /ABSOLUTE/COMMAND ARGS...");
+            "[--passwd F] [--group F] [--bind SRC:/mnt/NAME:ro|rw]... [--shm-mb N] -- /ABSOLUTE/COMMAND ARGS...");
     }
 }
 
@@ -328,6 +373,16 @@ static void make_mounts(void) {
     struct stat device_stat[MAX_LIST];
     for (int i = 0; i < n_writable; i++) writable_tree[i] = clone_tree(writable[i]);
     for (int i = 0; i < n_readable; i++) readable_tree[i] = clone_tree(readable[i]);
+    /* A storage's source may lie in a hidden path (an NFS export the agent mounted in
+     * its state): copied now, before that is hidden. A source that is not a directory
+     * is refused: a file bound at /mnt/NAME is not what a storage promises. */
+    int bind_tree[MAX_LIST];
+    for (int i = 0; i < n_binds; i++) {
+        struct stat st;
+        if (stat(bind_source[i], &st) < 0) die(bind_source[i]);
+        if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; die(bind_source[i]); }
+        bind_tree[i] = clone_tree(bind_source[i]);
+    }
     /* (They live in the agent's state, which is hidden below.) */
     int passwd_tree = clone_file(passwd_file), group_tree = clone_file(group_file);
     /* A device outside /dev stays where it is, seen through the read-only root; the
@@ -344,6 +399,11 @@ static void make_mounts(void) {
     hide_all(NULL);
     tmpfs("/tmp", "mode=1777");
     if (access("/var/tmp", F_OK) == 0) tmpfs("/var/tmp", "mode=1777");
+    /* With storage, a tmpfs of root's over /mnt: the root is read-only (nothing can be
+     * made there), and the task sees at /mnt only the storage it asked for. Before the
+     * readable paths, so that one under /mnt comes back on it. */
+    if (n_binds && mount("tmpfs", "/mnt", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") < 0)
+        die("/mnt (a task with storage needs the host to have a /mnt directory)");
     /* Readable paths come back (read-only) even inside a hidden one (an interpreter in
      * root's home) or under the new /tmp (a checkout there), and whatever hidden path
      * lies inside one of them is hidden again. */
@@ -364,7 +424,9 @@ static void make_mounts(void) {
         if (in_dev(devices[i])) make_device(devices[i], device_stat[i].st_mode & 0777, device_stat[i].st_rdev);
     }
     mkdirs("/dev/shm");
-    tmpfs("/dev/shm", "mode=1777");
+    char shm_options[64] = "mode=1777";
+    if (shm_mb > 0) snprintf(shm_options, sizeof shm_options, "mode=1777,size=%ldm", shm_mb);
+    tmpfs("/dev/shm", shm_options);
     mkdirs("/dev/pts");
     if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") < 0)
         die("/dev/pts");
@@ -375,6 +437,8 @@ static void make_mounts(void) {
     if (symlink("/proc/self/fd/2", "/dev/stderr") < 0) die("/dev/stderr");
 
     for (int i = 0; i < n_writable; i++) attach(writable_tree[i], writable[i], 0);
+    /* The task's storage, each source at /mnt/NAME (on the tmpfs made above). */
+    for (int i = 0; i < n_binds; i++) attach(bind_tree[i], bind_target[i], bind_read_only[i]);
     attach(work_tree, workdir, 0);
     /* Last, so that no readable or writable path mounted over /etc covers them. */
     attach_file(passwd_tree, "/etc/passwd");

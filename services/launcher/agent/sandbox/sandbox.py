@@ -21,7 +21,7 @@ import os
 import stat
 import subprocess
 import tempfile
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from services.launcher.agent.sandbox.identities import (
     IdentityProblem,
 )
 from services.launcher.agent.sandbox.joining import RunningTask
+from services.launcher.agent.sandbox.storage import Bind, storage_argv
 from shared.jobs import Resources
 
 MIB = 1024 * 1024
@@ -110,7 +111,10 @@ class Sandbox:
         pid_file: Path,
         exit_file: Path,
         command: str,
+        binds: Sequence[Bind] = (),
+        shm_mb: int | None = None,
     ) -> Launch:
+        """``binds``: the task's storage at /mnt/NAME; ``shm_mb``: its /dev/shm's size."""
         self._jobs.setdefault(job_id, set()).add(attempt_id)
         try:
             identity = self.identities.claim(job_id, username)
@@ -159,6 +163,7 @@ class Sandbox:
             argv += [flag, str(path)]
         if self.tree.version == 2:  # no devices controller: device nodes work only in /dev
             argv.append("--nodev")
+        argv += storage_argv(binds, shm_mb)
         argv += ["--", "/bin/sh", "-c", command]
         env = {
             "HOME": str(workdir),
@@ -194,6 +199,11 @@ class Sandbox:
         if tty:
             argv.append("--tty")
         return [*argv, "--", *command]
+
+    def hold(self, job_id: str, attempt_id: str) -> None:
+        """A task about to start: its job keeps its uid on this node (``release_unused``
+        spares it) until the task is forgotten, while its start awaits (readying.py)."""
+        self._jobs.setdefault(job_id, set()).add(attempt_id)
 
     def adopt(self, attempt_id: str, job_id: str) -> TaskCgroup | None:
         """A task an earlier agent started: its cgroup, found by the attempt's name."""

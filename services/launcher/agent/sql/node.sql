@@ -48,3 +48,11 @@ SELECT launcher.node_record_gpu_use($1, $2, $3, $4);
 -- name: report_over_limit
 -- A sharing task over its share of a GPU's memory (services/launcher/agent/gpu_share/watch.py).
 SELECT launcher.node_report_over_limit($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: attempt_storage
+-- The storage configs a STARTING attempt's job uses, as they are now (storage_mounts.py).
+SELECT * FROM launcher.node_attempt_storage($1, $2, $3);
+
+-- name: attempt_ssh
+-- A STARTING attempt's ssh keys, for a generic job with `ssh` (services/launcher/agent/job_ssh/).
+SELECT * FROM launcher.node_attempt_ssh($1, $2, $3);
