@@ -114,7 +114,7 @@ def _warned(response: httpx.Response) -> Job:
     """The submitted job, with the API's ``Warning: 299 - "text"`` headers as its warnings."""
     job = Job.model_validate_json(response.content)
     texts = [_WARNING_RE.sub(r"\1", value) for value in response.headers.get_list("warning")]
-    return job.model_copy(update={"warnings": texts})
+    return job.with_warnings(texts)
 
 
 def submit_job(spec: Mapping[str, Any]) -> Call[Job]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from corral.sdk.models.base import Model
 
@@ -63,9 +63,20 @@ class Job(Model):
     spec: dict[str, Any] = Field(default_factory=dict)
     pending: Pending | None = None
     attempts: list[Attempt] = Field(default_factory=list)
-    # What the API said about how it read the submitted document (its Warning headers;
-    # e.g. an OpenPAI field Corral reads differently than asked). Only on a submit's answer.
-    warnings: list[str] = Field(default_factory=list)
+    # (from the submit's answer's headers, not its body: see ``warnings``)
+    _warnings: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the API said about how it read the submitted document (its ``Warning``
+        headers; e.g. an OpenPAI field Corral reads differently than asked). Only on the
+        job a submit returned."""
+        return self._warnings
+
+    def with_warnings(self, warnings: list[str]) -> Job:
+        """This job, carrying the warnings its submit's answer had."""
+        self._warnings = list(warnings)
+        return self
 
     @property
     def finished(self) -> bool:
