@@ -36,7 +36,7 @@ TEMPLATE = "corral_template"
 E2E_DIRECTORY = Path(__file__).parent / "e2e"
 # Fixtures that start the whole stack as real processes: a test asking for one is e2e
 # wherever it lives (the CLI's ``submit --wait``, for one).
-STACK_FIXTURES = frozenset({"stack"})
+STACK_FIXTURES = frozenset({"stack", "runtime_stack"})
 
 
 # tryfirst: before pytest's own ``-m`` selection reads the markers.

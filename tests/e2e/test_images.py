@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,6 @@ from tests.e2e.stack import Stack, submit_spec, wait_state
 
 IMAGE = "python:3.12-slim"
 COMMAND = 'echo "in the image, rank $RANK"'
-
-
-@pytest.fixture
-async def runtime_stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
-    env = {
-        "CORRAL_DATABASE_URL": database_url,
-        "CORRAL_NATS_URL": nats_url,
-        "CORRAL_CONTAINER_RUNTIME": "podman",
-        "CORRAL_CONTAINER_RUNTIME_COMMAND": str(fake_container_runtime.EXECUTABLE),
-        "CORRAL_CONTAINER_RUNTIME_GPUS": "false",  # simulated GPUs: no device to hand over
-    }
-    async with Stack(tmp_path / "home", env).running() as running:
-        yield running
 
 
 def _spec(name: str, **fields: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +50,6 @@ def _needs() -> None:
             Path("/usr/bin/git"): "git",
         }
     )
-
-
-@pytest.fixture
-async def runtime_stack(database_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
-    env = {
-        "CORRAL_DATABASE_URL": database_url,
-        "CORRAL_NATS_URL": nats_url,
-        "CORRAL_CONTAINER_RUNTIME": "podman",
-        "CORRAL_CONTAINER_RUNTIME_COMMAND": str(fake_container_runtime.EXECUTABLE),
-        "CORRAL_CONTAINER_RUNTIME_GPUS": "false",  # simulated GPUs: no device to hand over
-    }
-    async with Stack(tmp_path / "home", env).running() as running:
-        yield running
 
 
 @pytest.fixture
