@@ -35,7 +35,8 @@ every job has ended, and prints one JSON line:
 
 ``--nodes N`` runs N simulated nodes of ``--gpus`` GPUs each (``CORRAL_SIMULATED_NODES``),
 one node agent each; ``--api-processes N`` that many API processes sharing the port
-(``CORRAL_API_PROCESSES``); ``--set NAME=VALUE`` passes any ``CORRAL_*`` setting to the
+(``CORRAL_API_PROCESSES``); ``--launcher-processes N`` that many launchers sharing the
+work (``CORRAL_LAUNCHER_PROCESSES``); ``--set NAME=VALUE`` passes any ``CORRAL_*`` setting to the
 services (an A/B of one setting on one tree).
 
 ``--statements N`` loads pg_stat_statements into the private Postgres and prints (to
@@ -314,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1, help="simulated nodes, one agent each")
     parser.add_argument("--api-processes", type=int, default=1, help="API processes sharing the port")
     parser.add_argument(
+        "--launcher-processes", type=int, default=1, help="launcher processes sharing the work"
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -355,11 +359,17 @@ def _run_once(args: argparse.Namespace) -> dict[str, Any]:
     # With --statements, the private Postgres loads pg_stat_statements.
     extra_env = {"CORRAL_PG_STATEMENTS": "1"} if args.statements else {}
     extra_env["CORRAL_API_PROCESSES"] = str(args.api_processes)
+    extra_env["CORRAL_LAUNCHER_PROCESSES"] = str(args.launcher_processes)
     extra_env.update(setting.split("=", 1) for setting in args.set)
     with private_stack(gpus=args.gpus, nodes=args.nodes, keep=args.keep, extra_env=extra_env) as stack:
         stack.wait_for_gpus(args.gpus, nodes=args.nodes)  # an idle cluster: its nodes registered
         result = asyncio.run(measure(stack, args.jobs, args.concurrency, args.probes, args.statements))
-    shape = {"gpus": args.gpus, "nodes": args.nodes, "api_processes": args.api_processes}
+    shape = {
+        "gpus": args.gpus,
+        "nodes": args.nodes,
+        "api_processes": args.api_processes,
+        "launcher_processes": args.launcher_processes,
+    }
     return {"bench": "e2e", **shape, **result}
 
 

@@ -207,10 +207,13 @@ async def service_resources(
     relay: bool = True,
     liveness: LivenessFactory = Liveness,
     dead_letters: DeadLettersFactory = PostgresDeadLetters,
+    relay_answers: Callable[[int], bool] | None = None,
 ) -> AsyncIterator[ServiceResources]:
     """Open everything a service needs; ``event_source`` is the ``source`` of its events
     (default ``corral/<name>``), which picks the NOTIFY channel its outbox relay hears.
-    ``relay=False``, ``liveness`` and ``dead_letters``: a node agent's (module doc)."""
+    ``relay=False``, ``liveness`` and ``dead_letters``: a node agent's (module doc).
+    ``relay_answers``: the outbox partitions whose NOTIFYs this process's relay answers,
+    where several processes of the service split them (``OutboxRelay``)."""
     provider = setup_telemetry(name, settings.telemetry)
     async with AsyncExitStack() as stack:
         stack.callback(shutdown_telemetry, provider)
@@ -226,7 +229,8 @@ async def service_resources(
             return bus.nc.is_connected
 
         health = Health(name, {"postgres": db.ping, "nats": nats_connected})
-        outbox = OutboxRelay(db, bus, source=event_source or f"corral/{name}") if relay else None
+        source = event_source or f"corral/{name}"
+        outbox = OutboxRelay(db, bus, source=source, answers=relay_answers) if relay else None
         # What this process commits, its relay publishes at once (shared/outbox/), once
         # it runs (``start_common_tasks``): the tasks started in this block see it.
         with publishing_on_commit(outbox) if outbox is not None else nullcontext():

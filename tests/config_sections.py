@@ -147,6 +147,16 @@ SECTIONS: tuple[Section, ...] = (
                 "other state are Postgres's, shared.",
             ),
             Variable(
+                "CORRAL_LAUNCHER_PROCESSES",
+                "`1`",
+                "More than 1: that many launcher processes, 1 to 16 (`launcher`, `launcher-2` ...), "
+                "sharing its work: placements and stop requests from one JetStream consumer, each "
+                "the decisions of its share of the jobs and the NOTIFYs of its share of the outbox "
+                "partitions (services/launcher/shards.py); launcher 0 alone runs the Kubernetes "
+                "runner. One killed: the others take its unacknowledged placements, the repair "
+                "loops its decisions.",
+            ),
+            Variable(
                 "CORRAL_SERVICES",
                 "all",
                 "Run only these, comma-separated: `api`, `scheduler`, `launcher`, `monitor`, "

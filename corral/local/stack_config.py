@@ -18,6 +18,7 @@ from corral.local.problems import StartupProblem
 NODE_SERVICES = frozenset({"exporter", "agent"})
 MAX_SIMULATED_NODES = 64
 MAX_API_PROCESSES = 16
+MAX_LAUNCHER_PROCESSES = 16
 SERVICES: tuple[tuple[str, str], ...] = (
     ("api", "services.api"),
     ("scheduler", "services.scheduler"),
@@ -51,6 +52,9 @@ class StackConfig:
     # More than one: that many API processes sharing its port (SO_REUSEPORT: the kernel
     # spreads connections among them), named api, api-2 ... api-N.
     api_processes: int = 1
+    # More than one: that many launcher processes sharing its work (launcher, launcher-2
+    # ...; services/launcher/shards.py).
+    launcher_processes: int = 1
     extra_env: dict[str, str] = field(default_factory=dict)
     # Run only these services (all by default), e.g. a GPU machine that is only a node.
     services: tuple[str, ...] = tuple(name for name, _ in SERVICES)
@@ -71,6 +75,7 @@ class StackConfig:
             node_id=env.get("CORRAL_NODE_ID", "local"),
             simulated_nodes=_whole_number(env, "CORRAL_SIMULATED_NODES", 1, 1, MAX_SIMULATED_NODES),
             api_processes=_whole_number(env, "CORRAL_API_PROCESSES", 1, 1, MAX_API_PROCESSES),
+            launcher_processes=_whole_number(env, "CORRAL_LAUNCHER_PROCESSES", 1, 1, MAX_LAUNCHER_PROCESSES),
             services=_services(env.get("CORRAL_SERVICES", "")),
         )
 

@@ -170,7 +170,13 @@ class Supervisor:
     # --- services --------------------------------------------------------------------
 
     def service_env(
-        self, name: str, database_url: str, nats_url: str, health_port: int, node_id: str | None = None
+        self,
+        name: str,
+        database_url: str,
+        nats_url: str,
+        health_port: int,
+        node_id: str | None = None,
+        copy: int = 0,
     ) -> dict[str, str]:
         node_id = node_id or self.config.node_id
         several = self.config.simulated_nodes > 1
@@ -222,28 +228,31 @@ class Supervisor:
                 env["CORRAL_API_REUSE_PORT"] = "true"
             env["CORRAL_API_SUPERVISOR_STATE_FILE"] = str(self.config.home / "run" / "supervisor.json")
             env.update(self.join_env())
+        if name == "launcher":
+            env["CORRAL_LAUNCHER_PROCESSES"] = str(self.config.launcher_processes)
+            env["CORRAL_LAUNCHER_PROCESS_INDEX"] = str(copy)
         if name == "exporter":
             del env["CORRAL_DATABASE_URL"]  # it has no use for the database
         return env
 
-    def planned(self) -> list[tuple[str, str, str, str | None]]:
-        """(process name, service, module, node) of every process to run: a node's
+    def planned(self) -> list[tuple[str, str, str, str | None, int]]:
+        """(process name, service, module, node, copy) of every process to run: a node's
         services once per simulated node (process ``agent-local-2``) when there are several,
-        the API as many times as ``api_processes`` says (``api``, ``api-2``...)."""
+        the API and the launcher as many times as ``api_processes`` and
+        ``launcher_processes`` say (``api``, ``api-2``...; copy 0, 1...)."""
         nodes = self.config.node_ids()
-        processes: list[tuple[str, str, str, str | None]] = []
+        copies = {"api": self.config.api_processes, "launcher": self.config.launcher_processes}
+        processes: list[tuple[str, str, str, str | None, int]] = []
         for name, module in SERVICES:
             if name not in self.config.services:
                 continue
-            if name == "api":
-                copies = range(1, self.config.api_processes + 1)
-                processes.extend((name if n == 1 else f"{name}-{n}", name, module, None) for n in copies)
-            elif name not in NODE_SERVICES:
-                processes.append((name, name, module, None))
+            if name not in NODE_SERVICES:
+                named = ((name if n == 0 else f"{name}-{n + 1}", n) for n in range(copies.get(name, 1)))
+                processes.extend((process, name, module, None, n) for process, n in named)
             elif len(nodes) == 1:
-                processes.append((name, name, module, nodes[0]))
+                processes.append((name, name, module, nodes[0], 0))
             else:
-                processes.extend((f"{name}-{node}", name, module, node) for node in nodes)
+                processes.extend((f"{name}-{node}", name, module, node, 0) for node in nodes)
         return processes
 
     def start_services(self, database_url: str, nats_url: str) -> None:
@@ -256,8 +265,8 @@ class Supervisor:
         # Distinct, one each, and never the API's port (chosen by whoever started us, it
         # is free until the API binds it, so the OS could offer it here too).
         health_ports = iter(free_ports(len(planned), exclude={self.config.api_port}))
-        for name, service, module, node in planned:
-            env = self.service_env(service, database_url, nats_url, next(health_ports), node)
+        for name, service, module, node, copy in planned:
+            env = self.service_env(service, database_url, nats_url, next(health_ports), node, copy)
             ports[name] = int(env.get("CORRAL_HEALTH_PORT") or self.config.api_port)
             managed = ManagedService(
                 name, "service", service_logs / f"{name}.log", run_dir / f"{name}.pid", module=module, env=env

@@ -2,11 +2,13 @@
 attempts ended on a node (``attempt_ends.py``) and its reconcile loop; with
 ``CORRAL_LAUNCHER_DRIVER=kubernetes``, also the Kubernetes runner (the node agents' part,
 played through Pods: ``kubernetes/runner.py``) and exec / port-forward into its pods
-(``kubernetes/interactive.py``)."""
+(``kubernetes/interactive.py``). Several launcher processes may share the work
+(``shards.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from contextlib import AsyncExitStack
 from functools import partial
@@ -44,11 +46,15 @@ async def repair(db: Database, lease_s: float) -> None:
 
 
 async def serve(settings: Settings) -> None:
-    async with service_resources("launcher", settings.common) as res, AsyncExitStack() as stack:
+    shard = settings.launcher.shard
+    async with (
+        service_resources("launcher", settings.common, relay_answers=shard.owns_partition) as res,
+        AsyncExitStack() as stack,
+    ):
         handlers = LauncherHandlers(res.db)
         runner = None
         sockets = None
-        if settings.launcher.driver == "kubernetes":
+        if settings.launcher.driver == "kubernetes" and shard.first:
             configuration = await cluster_configuration()
             driver = KubernetesDriver(configuration, settings.kubernetes)
             stack.push_async_callback(driver.close)
@@ -63,7 +69,8 @@ async def serve(settings: Settings) -> None:
             )
             await runner.hold_leases(settings.agent.lease_s)
         side_by_side = settings.launcher.placement_concurrency
-        consumer_spec = ConsumerSpec(CONSUMER, handlers.handle, concurrency=side_by_side)
+        consumer = dataclasses.replace(CONSUMER, sharers=shard.count)  # (all launchers pull from it)
+        consumer_spec = ConsumerSpec(consumer, handlers.handle, concurrency=side_by_side)
         async with asyncio.TaskGroup() as tg:
             res.start_common_tasks(tg)
             if runner is not None and sockets is not None:
@@ -73,7 +80,7 @@ async def serve(settings: Settings) -> None:
                 name="consumer",
             )
             serve_artifacts(tg, res, settings)
-            ends = AttemptEnds(res.db, concurrency=settings.launcher.decide_concurrency)
+            ends = AttemptEnds(res.db, concurrency=settings.launcher.decide_concurrency, shard=shard)
             tg.create_task(ends.run(), name="attempt-ends")
             tg.create_task(
                 every(FORGET_EVERY_S, partial(forget_processed, res.db), "processed events upkeep"),

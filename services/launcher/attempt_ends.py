@@ -14,8 +14,9 @@ Concurrency: the listener only queues job ids; ``concurrency`` workers decide th
 decisions run side by side (each in its own transaction, on a pooled connection) but a
 burst of ends never holds more than that many connections. A job named again while it
 waits in the queue is decided once; named again while being decided (its gang's next
-task ended meanwhile), once more afterwards. Two launchers both decide: the job's row
-lock orders them and the second finds nothing left to do.
+task ended meanwhile), once more afterwards. With several launchers, each decides only
+the jobs of its shard (``shards.py``); were two to decide one job, the job's row lock
+would order them and the second would find nothing left to do.
 
 A NOTIFY is lost while the listening connection is (Postgres restarting, the launcher
 down): the reconcile loop (``reconcile.py``, ``active_jobs_to_evaluate``)
@@ -30,6 +31,7 @@ import logging
 from typing import Any
 
 from services.launcher.reporting import decide_job
+from services.launcher.shards import WHOLE, Shard
 from shared.aio import raise_if_cancelling
 from shared.db.pool import DATABASE_ERRORS, Database
 from shared.logs import bound_job
@@ -44,8 +46,11 @@ CHANNEL = "corral_attempt_ended"
 class AttemptEnds:
     """Decides the jobs whose attempts a node reported ended (see the module doc)."""
 
-    def __init__(self, db: Database, *, concurrency: int = 4, check_every_s: float = 5.0) -> None:
+    def __init__(
+        self, db: Database, *, concurrency: int = 4, check_every_s: float = 5.0, shard: Shard = WHOLE
+    ) -> None:
         self._db = db
+        self._shard = shard
         self._concurrency = concurrency
         self._check_every_s = check_every_s  # how often the idle listener checks its connection
         self._queue: asyncio.Queue[tuple[str, str | None]] = asyncio.Queue()
@@ -60,8 +65,9 @@ class AttemptEnds:
             tg.create_task(self._listen_forever(), name="attempt-ends-listener")
 
     def ended(self, job_id: str, traceparent: str | None = None) -> None:
-        """Queue ``job_id`` to be decided, unless it already waits."""
-        if job_id not in self._queued:
+        """Queue ``job_id`` to be decided, unless it already waits or another launcher
+        decides it."""
+        if job_id not in self._queued and self._shard.owns(job_id):
             self._queued.add(job_id)
             self._queue.put_nowait((job_id, traceparent))
 

@@ -10,10 +10,11 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.launcher.kubernetes.settings import KubernetesSettings
+from services.launcher.shards import Shard
 from shared.artifacts.settings import ArtifactSettings
 from shared.settings import CommonSettings
 
@@ -43,6 +44,26 @@ class LauncherSettings(BaseSettings):
     """How many placements (``job.scheduled``) the launcher turns into attempts at once,
     each in its own transaction on a pooled connection; placements sharing a node take
     turns (attempts.py). 1: one after another."""
+    processes: int = Field(default=1, ge=1, le=16)
+    """How many launcher processes share the work (``make up`` sets it from
+    ``CORRAL_LAUNCHER_PROCESSES``): they share the event consumer, and each decides the
+    ended attempts of its share of the jobs (shards.py)."""
+    process_index: int = Field(default=0, ge=0)
+    """Which of them this process is, from 0; launcher 0 also runs the Kubernetes runner."""
+
+    @model_validator(mode="after")
+    def _index_within_processes(self) -> LauncherSettings:
+        if self.process_index >= self.processes:
+            raise ValueError(
+                f"CORRAL_LAUNCHER_PROCESS_INDEX is {self.process_index}, but there are only"
+                f" {self.processes} launcher processes (CORRAL_LAUNCHER_PROCESSES):"
+                f" use 0 to {self.processes - 1}"
+            )
+        return self
+
+    @property
+    def shard(self) -> Shard:
+        return Shard(self.process_index, self.processes)
 
 
 class AgentSettings(BaseSettings):

@@ -146,16 +146,21 @@ class NatsSubscription:
     for the rest of its own batch until the old request expires (a whole fetch timeout,
     so a job's start takes most of a second instead of milliseconds). A
     request for what is already there is filled at once, and a batch of one returns on
-    its first message whatever request it came through.
+    its first message whatever request it came through. With ``sharers`` processes
+    pulling from one durable, the backlog a message tells of is theirs together: each
+    asks for its share of it (rounded down), so the others' share taken meanwhile leaves
+    no request open behind it.
     """
 
-    def __init__(self, sub: JetStreamContext.PullSubscription) -> None:
+    def __init__(self, sub: JetStreamContext.PullSubscription, sharers: int = 1) -> None:
         self._sub = sub
+        self._sharers = sharers
         self._backlog = 0
 
     async def fetch(self, batch: int, timeout_s: float) -> Sequence[Delivery]:
         try:
-            msgs = await self._sub.fetch(max(1, min(batch, self._backlog)), timeout=timeout_s)
+            wanted = max(1, min(batch, self._backlog // self._sharers))
+            msgs = await self._sub.fetch(wanted, timeout=timeout_s)
         except (nats.errors.TimeoutError, TimeoutError):
             # nats-py can turn our own cancellation into a TimeoutError; never swallow
             # a cancel, or a TaskGroup shutting down would wait on this task forever.
@@ -327,7 +332,7 @@ class NatsBus:
             consumer.opt_start_time = existing.opt_start_time
             await self.js.add_consumer(config.stream, consumer)
         sub = await self.js.pull_subscribe_bind(config.durable, stream=config.stream)
-        return NatsSubscription(sub)
+        return NatsSubscription(sub, config.sharers)
 
     async def delete_consumer(self, stream: str, durable: str) -> None:
         try:

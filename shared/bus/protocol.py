@@ -27,6 +27,9 @@ class ConsumerConfig:
     # Not replaying all: a durable created anew starts at the messages stored since this
     # time (timezone-aware), not at the next one.
     start_time: datetime | None = None
+    # How many processes pull from this durable at once (several launchers): each asks
+    # for its share of the backlog it is told of, not all of it (NatsSubscription).
+    sharers: int = 1
 
 
 class Delivery(Protocol):

@@ -26,7 +26,9 @@ the node agents'), each publisher in a block of partitions of its own. Ordering:
 carry a partition number derived from their publisher and aggregate (usually the job
 id). A relay takes a partition with a
 session advisory lock, then reads that partition's unsent rows in id order, publishes
-them one after another, stopping at the first failure, and lets the lock go only once
+each job's rows in that order, each once the one before it was stored, stopping at a
+job's first failure (its jobs side by side: not one ack round trip per row of the
+pass), stamps those acknowledged, and lets the lock go only once
 their stamp has committed. So any number of relays (one per service process) share the
 work, while the events of one job reach the stream in the order they were committed. A
 crash between publish and stamp re-publishes the row; JetStream's duplicate window

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shared.aio import raise_if_cancelling, wait_event
@@ -22,7 +22,7 @@ from shared.outbox.rows import (
     partitions_of,
     sources_published_with,
 )
-from shared.outbox.sending import Outgoing, publish_in_order, publish_pipelined
+from shared.outbox.sending import Outgoing, publish_each_in_order, publish_pipelined
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ _CLAIM = """
 # Unsent rows of other publishers that a pass publishes before its own (``may_precede``):
 # those of the claimed rows' aggregates, older than the last claimed, of the subjects named.
 _PRECEDING = """
-    SELECT id, event_id, subject, payload, headers,
+    SELECT id, event_id, subject, aggregate, payload, headers,
            extract(epoch FROM clock_timestamp() - created_at) AS age_s
     FROM corral.outbox
     WHERE sent_at IS NULL AND aggregate = ANY($1::text[]) AND id < $2 AND NOT part = ANY($3::int[])
@@ -91,6 +91,13 @@ class OutboxRelay:
     It publishes the rows of ``source`` and of the sources its publisher relays for
     (``rows.PUBLISHERS``), and only those: a service's bus identity may publish nothing
     else. ``corral/any`` (tools, tests) publishes every row.
+
+    ``answers``: the partitions whose NOTIFYs this relay answers at once (all of them by
+    default). Several processes of one service split them (the launchers: their
+    ``shards.py``), so a row committed elsewhere (a node agent's) wakes one relay, not
+    every one of them to contend for it. The poll still takes any partition's rows that
+    nobody relayed within a poll interval, so a process that is down delays its share
+    by up to two poll intervals and loses none.
     """
 
     def __init__(
@@ -102,8 +109,10 @@ class OutboxRelay:
         batch_size: int = 256,
         poll_interval_s: float = 1.0,
         retention_s: float = 24 * 3600,
+        answers: Callable[[int], bool] | None = None,
     ) -> None:
         self._db = db
+        self._answers = answers
         self._bus = bus
         self._batch_size = batch_size
         self._poll_interval_s = poll_interval_s
@@ -252,7 +261,10 @@ class OutboxRelay:
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if isinstance(payload, str) and payload.isdigit():
-            self._notified.add(int(payload))
+            part = int(payload)
+            if self._answers is not None and not self._answers(part):
+                return  # another process's to answer (or this one's poll, if it is down)
+            self._notified.add(part)
         else:
             self._unnamed = True  # a NOTIFY that names no partition: the next pass counts
         self._wakeup.set()
@@ -329,7 +341,6 @@ class OutboxRelay:
                 if not rows:
                     let_go = True  # nothing left; the claim gave the lock back itself
                     return 0
-                outgoing = [_outgoing(row) for row in rows]
                 own = {row["id"] for row in rows}
                 if self._precede_with:
                     preceding = await conn.fetch(
@@ -339,9 +350,14 @@ class OutboxRelay:
                         self._parts,
                         self._precede_with,
                     )
-                    outgoing = sorted([*outgoing, *map(_outgoing, preceding)], key=lambda o: int(o.key))
+                    rows = sorted([*rows, *preceding], key=lambda row: int(row["id"]))
+                # Each job's rows in order, one after another's ack; the jobs side by side.
+                lanes: dict[str, list[Outgoing]] = {}
+                for row in rows:
+                    lanes.setdefault(row["aggregate"], []).append(_outgoing(row))
+                published = await publish_each_in_order(self._bus, list(lanes.values()))
                 # (Another publisher's rows published first are its relay's to stamp.)
-                sent = [int(key) for key in await publish_in_order(self._bus, outgoing) if key in own]
+                sent = [int(key) for key in published if key in own]
                 await conn.execute(_stamp_and_unlock(sent, part))
                 let_go = True
             finally:

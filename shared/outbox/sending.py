@@ -1,6 +1,7 @@
-"""Publishing outbox rows to JetStream: in order, stopping at the first failure (a
-relay pass), or pipelined (what a process publishes on commit). Shared by both paths of
-``relay.py``."""
+"""Publishing outbox rows to JetStream, never one ack round trip per row: pipelined (in
+order on the one connection, acks awaited together: what a process publishes on commit)
+or in lanes (a relay pass: each job's rows in order, each after the ack of the one
+before, the jobs side by side). Shared by both paths of ``relay.py``."""
 
 from __future__ import annotations
 
@@ -39,6 +40,43 @@ class Outgoing:
 
 async def publish_in_order(bus: Bus, rows: Sequence[Outgoing]) -> list[int | str]:
     """Publish rows in order, stopping at the first failure; the keys of those sent."""
+    return await publish_each_in_order(bus, [rows])
+
+
+async def publish_each_in_order(bus: Bus, lanes: Sequence[Sequence[Outgoing]]) -> list[int | str]:
+    """Publish several lanes side by side, each in order and stopping at its first
+    failure; the keys of the rows acknowledged.
+
+    A relay pass's lanes are its jobs (rows of one aggregate): a row is sent only once
+    the one before it in its lane was stored, so a publish lost amid a pass (NATS
+    reconnecting) can never let a job's later event be stored before it, while the pass
+    as a whole costs about one ack round trip per row of its busiest job instead of one
+    per row. (A pass that awaited every ack in turn published no faster than one row a
+    round trip: the launcher's relay, which publishes every node's events, became a
+    serial stage of its own.)"""
+    outcomes = await asyncio.gather(*(_publish_lane(bus, lane) for lane in lanes))
+    sent = [key for keys, _ in outcomes for key in keys]
+    failures = [failure for _, failure in outcomes if failure is not None]
+    if failures:
+        row, exc = failures[0]
+        others = f" nor the events of {len(failures) - 1} other jobs" if len(failures) > 1 else ""
+        log.warning(
+            "outbox: NATS did not take %s (%r)%s; %d of %d rows published, the rest stay unsent "
+            "and are retried. %s",
+            row.subject,
+            exc,
+            others,
+            len(sent),
+            sum(len(lane) for lane in lanes),
+            NOT_STORED_HINT,
+        )
+    return sent
+
+
+async def _publish_lane(
+    bus: Bus, rows: Sequence[Outgoing]
+) -> tuple[list[int | str], tuple[Outgoing, Exception] | None]:
+    """One lane of ``publish_each_in_order``: the keys sent, and the first failure."""
     sent: list[int | str] = []
     for row in rows:
         try:
@@ -46,22 +84,12 @@ async def publish_in_order(bus: Bus, rows: Sequence[Outgoing]) -> list[int | str
                 await bus.publish(row.subject, row.payload, msg_id=row.event_id, headers=headers)
         except Exception as exc:
             raise_if_cancelling()
-            # Keep order: stop at the first failure, stamp what got through, retry later.
-            log.warning(
-                "outbox: NATS did not take %s (%r); %d of %d rows published, the rest stay unsent "
-                "and are retried. %s",
-                row.subject,
-                exc,
-                len(sent),
-                len(rows),
-                NOT_STORED_HINT,
-            )
             log.debug("the failed publish of %s", row.event_id, exc_info=True)
-            break
+            return sent, (row, exc)
         sent.append(row.key)
         EVENTS_PUBLISHED.labels(event_type_of(row.subject)).inc()
         OUTBOX_LAG.observe(row.age_s)
-    return sent
+    return sent, None
 
 
 async def publish_pipelined(bus: Bus, rows: Sequence[Outgoing], window: int = 128) -> list[int | str]:
@@ -79,9 +107,11 @@ async def publish_pipelined(bus: Bus, rows: Sequence[Outgoing], window: int = 12
         acked = await asyncio.gather(*(_publish_one(bus, row) for row in chunk))
         sent.extend(row.key for row, ok in zip(chunk, acked, strict=True) if ok)
         if not all(acked):
+            refused = next(row for row, ok in zip(chunk, acked, strict=True) if not ok)
             log.warning(
-                "outbox: NATS did not take every event published on commit; %d of %d published, "
-                "the rest are left to the relay passes. %s",
+                "outbox: NATS did not take %s; %d of %d events published on commit, the rest are "
+                "left to the relay passes. %s",
+                refused.subject,
                 len(sent),
                 len(rows),
                 NOT_STORED_HINT,

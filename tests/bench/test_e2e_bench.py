@@ -17,10 +17,10 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(240)
-def test_a_small_run_on_two_nodes_with_statements_prints_them_its_stages_and_one_json_line() -> None:
+def test_a_small_run_on_two_nodes_and_two_launchers_prints_its_statements_stages_and_one_json_line() -> None:
     command = [
         *(sys.executable, "-m", "bench.e2e", "--jobs", "20", "--probes", "3", "--statements", "5"),
-        *("--nodes", "2", "--gpus", "2"),
+        *("--nodes", "2", "--gpus", "2", "--launcher-processes", "2"),
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -39,6 +39,9 @@ def test_a_small_run_on_two_nodes_with_statements_prints_them_its_stages_and_one
         assert stage["wall_ms_per_job"] > 0, name
         assert stage["cpu_ms_per_job"] > 0, name
     assert stages["placed→assigned"]["processes"] == ["launcher"]
+    launchers = {name: ms for name, ms in result["cpu_ms_per_job"].items() if name.startswith("launcher")}
+    assert set(launchers) == {"launcher", "launcher-2"}
+    assert stages["placed→assigned"]["cpu_ms_per_job"] == pytest.approx(sum(launchers.values()), abs=0.02)
     listed = done.stderr[done.stderr.index("Postgres statement time") :].splitlines()[1:6]
     assert len(listed) == 5
     assert all(" calls " in line and " rows | " in line for line in listed), listed

@@ -6,6 +6,7 @@ The promise: no job is lost, and nothing is launched twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
+import httpx
 import nats.js.errors
 import pytest
 
@@ -124,6 +126,38 @@ async def test_launcher_killed_amid_a_burst_of_placements_loses_none_and_launche
     jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", made)
     assert 0 < at_kill < BURST, f"the launcher was killed with {at_kill} of {BURST} placements handled"
     await _each_ran_once(stack, database_url, jobs)
+
+
+async def test_two_launchers_share_a_burst_and_one_killed_amid_it_loses_none_and_launches_none_twice(
+    database_url: str, nats_url: str, tmp_path: Path
+) -> None:
+    """CORRAL_LAUNCHER_PROCESSES=2 (services/launcher/shards.py): both take placements from
+    the one consumer; the first is killed while they do, the other goes on, JetStream
+    hands the dead one's unacknowledged placements on, and its share of the decisions is
+    made by the repair loop or by itself once restarted."""
+    env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": nats_url, "CORRAL_LAUNCHER_PROCESSES": "2"}
+    async with Stack(tmp_path / "home", env).running() as stack:
+        assert stack.pid("launcher") != stack.pid("launcher-2")
+        made = (
+            "SELECT count(*) FROM launcher.attempts a"
+            " JOIN api.jobs j ON j.id = a.job_id WHERE j.name LIKE 'burst-%'"
+        )
+        jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", made)
+        assert 0 < at_kill < BURST, f"the launcher was killed with {at_kill} of {BURST} placements handled"
+        await _each_ran_once(stack, database_url, jobs)
+        ports = json.loads((stack.home / "run" / "health-ports.json").read_text())
+        async with httpx.AsyncClient() as http:
+            metrics = (await http.get(f"http://127.0.0.1:{ports['launcher-2']}/metrics")).text
+        handled = _sample(metrics, 'corral_events_consumed_total{consumer="launcher",outcome="acked"}')
+        assert handled >= 1, "the second launcher (never killed) handled no event of the burst"
+
+
+def _sample(metrics: str, name: str) -> float:
+    """A sample's value in Prometheus text, 0 when absent."""
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
 
 
 async def test_scheduler_killed_as_a_burst_is_placed_loses_none_and_places_none_twice(

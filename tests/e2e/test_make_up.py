@@ -129,14 +129,14 @@ def test_a_bad_node_count_is_refused_before_anything_starts(
         StackConfig.from_environment()
 
 
+@pytest.mark.parametrize("variable", ["CORRAL_API_PROCESSES", "CORRAL_LAUNCHER_PROCESSES"])
 @pytest.mark.parametrize("given", ["0", "17", "two"])
-def test_a_bad_api_process_count_is_refused_before_anything_starts(
-    given: str, monkeypatch: pytest.MonkeyPatch
+def test_a_bad_process_count_is_refused_before_anything_starts(
+    variable: str, given: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CORRAL_API_PROCESSES", given)
-    with pytest.raises(
-        StartupProblem, match=f"CORRAL_API_PROCESSES must be a whole number from 1 to 16, got '{given}'"
-    ):
+    monkeypatch.setenv(variable, given)
+    refusal = f"{variable} must be a whole number from 1 to 16, got '{given}'"
+    with pytest.raises(StartupProblem, match=refusal):
         StackConfig.from_environment()
 
 

@@ -14,6 +14,7 @@ from services.launcher import reconcile, reporting
 from services.launcher.agent.repository import NodeRepository
 from services.launcher.attempt_ends import AttemptEnds
 from services.launcher.reporting import exited_event
+from services.launcher.shards import WHOLE, Shard
 from shared.db.pool import Database
 from tests.launcher import attempts
 
@@ -21,15 +22,21 @@ NODE = "node-a"
 
 
 @asynccontextmanager
-async def listening(db: Database, concurrency: int = 2) -> AsyncIterator[AttemptEnds]:
-    """The launcher's listener, running (and listening) for the block."""
-    ends = AttemptEnds(db, concurrency=concurrency)
+async def listening(
+    db: Database, concurrency: int = 2, shard: Shard = WHOLE, listeners: int = 1
+) -> AsyncIterator[AttemptEnds]:
+    """The launcher's listener, running (and listening) for the block; ``listeners``:
+    how many LISTENs to wait for (this one's and those of others already running)."""
+    ends = AttemptEnds(db, concurrency=concurrency, shard=shard)
     task = asyncio.create_task(ends.run())
     try:
         for _ in range(100):  # until its LISTEN is in
-            if await db.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND query LIKE 'LISTEN%corral_attempt_ended%'"
+            if (
+                await db.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN%corral_attempt_ended%'"
+                )
+                >= listeners
             ):
                 break
             await asyncio.sleep(0.02)
@@ -147,3 +154,22 @@ async def test_a_decision_that_fails_is_left_to_the_reconcile_loop(
     assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "RUNNING"
     assert (await reconcile.reconcile(db))["jobs_decided"] == 1
     assert await db.fetchval("SELECT state FROM api.jobs WHERE id = $1", job_id) == "FAILED"
+
+
+async def test_launchers_sharing_the_work_each_decide_only_the_jobs_of_their_shard(db: Database) -> None:
+    """Both hear the end; the one whose shard holds the job decides it, the other leaves it
+    (services/launcher/shards.py)."""
+    await attempts.known_nodes(db, NODE)
+    (attempt,) = await attempts.assigned(db, NODE, instances=1, state="RUNNING")
+    job_id = await db.fetchval("SELECT job_id FROM launcher.attempts WHERE id = $1", attempt)
+    await db.execute("UPDATE api.jobs SET state = 'RUNNING' WHERE id = $1", job_id)
+    owner = next(index for index in range(2) if Shard(index, 2).owns(job_id))
+    node = NodeRepository(db, NODE, None)
+    async with (
+        listening(db, shard=Shard(1 - owner, 2)) as other,
+        listening(db, shard=Shard(owner, 2), listeners=2) as deciding,
+    ):
+        assert await _end(node, attempt, job_id, 0)
+        await _state_becomes(db, job_id, "SUCCEEDED")
+        await asyncio.sleep(0.2)  # time for the other to have decided too, were it to
+        assert (deciding.decided, other.decided) == (1, 0)

@@ -8,7 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from corral.local.stack_config import StackConfig
 from corral.local.supervised import ManagedService, describe_exit, group_members, kill_process_group
+from corral.local.supervisor import Supervisor
 from corral.local.supervisor_state import write_state
 from services.api.cluster.routes_services import supervised_processes
 
@@ -70,3 +72,21 @@ def test_no_supervisor_means_an_empty_list(tmp_path: Path) -> None:
     assert supervised_processes(tmp_path / "missing.json") == []
     (tmp_path / "torn.json").write_text('{"processes": [{"name"')
     assert supervised_processes(tmp_path / "torn.json") == []
+
+
+def test_each_launcher_process_is_told_its_index_among_them(tmp_path: Path) -> None:
+    """``CORRAL_LAUNCHER_PROCESSES=3``: launcher, launcher-2, launcher-3, told 0, 1 and 2
+    of 3 (services/launcher/shards.py); the API's copies and a node's services are not."""
+    config = StackConfig(home=tmp_path, launcher_processes=3, api_processes=2, simulated_nodes=2)
+    supervisor = Supervisor(config)
+    planned = supervisor.planned()
+    launchers = [(name, copy) for name, service, _, _, copy in planned if service == "launcher"]
+    assert launchers == [("launcher", 0), ("launcher-2", 1), ("launcher-3", 2)]
+    assert [name for name, service, *_ in planned if service == "api"] == ["api", "api-2"]
+    for name, service, _, node, copy in planned:
+        env = supervisor.service_env(service, "postgresql://db", "nats://bus", 1, node, copy)
+        if service == "launcher":
+            assert env["CORRAL_LAUNCHER_PROCESSES"] == "3"
+            assert env["CORRAL_LAUNCHER_PROCESS_INDEX"] == str(launchers.index((name, copy)))
+        else:
+            assert "CORRAL_LAUNCHER_PROCESS_INDEX" not in env, name

@@ -211,6 +211,64 @@ async def test_the_poll_takes_a_row_whose_notify_never_came_once_it_is_a_poll_in
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_relays_splitting_the_partitions_each_answer_the_notifies_of_their_own(
+    db: Database, bus: NatsBus
+) -> None:
+    """Processes of one service split the partitions (the launchers: their shards.py): a
+    row's NOTIFY wakes the relay answering for its partition alone, and with that relay
+    gone the other's poll takes the row once it is a poll interval old."""
+    part = partition_of("job-a", "test")
+    owner = OutboxRelay(db, bus, source="test", poll_interval_s=30, answers=lambda p: p == part)
+    other = OutboxRelay(db, bus, source="test", poll_interval_s=30, answers=lambda p: p != part)
+    tasks = [asyncio.create_task(relay.run()) for relay in (owner, other)]
+    try:
+        await _listening(db, 2)
+        await asyncio.sleep(0.3)  # their first (full) passes
+        async with db.transaction() as conn:
+            await append(conn, make_event("job-a"), aggregate="job-a")
+        for _ in range(100):
+            if owner.published:
+                break
+            await asyncio.sleep(0.02)
+        assert (owner.published, other.published) == (1, 0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        survivor = OutboxRelay(db, bus, source="test", poll_interval_s=0.5, answers=lambda p: p != part)
+        already = await db.fetchval(_LISTENING)  # (the stopped relays' connections may still say so)
+        tasks = [asyncio.create_task(survivor.run())]
+        await _listening(db, already + 1)
+        await asyncio.sleep(0.3)  # its first pass
+        written = asyncio.get_running_loop().time()
+        async with db.transaction() as conn:
+            await append(conn, make_event("job-a", "again"), aggregate="job-a")
+        for _ in range(300):
+            if survivor.published:
+                break
+            await asyncio.sleep(0.01)
+        waited = asyncio.get_running_loop().time() - written
+        assert survivor.published == 1
+        assert 0.5 <= waited < 3.0, waited  # not at its NOTIFY: at the poll
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+_LISTENING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+)
+
+
+async def _listening(db: Database, connections: int) -> None:
+    """Until at least ``connections`` connections LISTEN (relays started, and listening)."""
+    for _ in range(250):
+        if await db.fetchval(_LISTENING) >= connections:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {connections} connections LISTEN after 5 s")
+
+
 async def _advisory_locks(db: Database) -> int:
     return int(await db.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
 
