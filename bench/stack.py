@@ -130,12 +130,45 @@ class BenchStack:
     _nats_port: int = 0
 
 
+# The supervisor's words when a port it was given is taken (corral/local/ports.py).
+_PORT_TAKEN = "is already in use"
+START_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """A port chosen free was taken before the stack bound it."""
+
+
 @contextmanager
 def private_stack(
     *, gpus: int = 8, nodes: int = 1, extra_env: dict[str, str] | None = None, keep: bool = False
 ) -> Iterator[BenchStack]:
     """Start the stack, with ``nodes`` simulated nodes of ``gpus`` GPUs each; ``keep``
-    leaves its home (logs, data) behind for a post-mortem."""
+    leaves its home (logs, data) behind for a post-mortem.
+
+    Its ports are chosen free, but another process may take one before the stack binds
+    it (any outgoing connection of the machine gets a port of the same ephemeral range):
+    then the start is tried again on fresh ports, up to ``START_ATTEMPTS`` times."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        stack = _start(gpus, nodes, extra_env)
+        try:
+            _wait_ready(stack)
+        except PortTaken:
+            _stop(stack, keep=False)
+            if attempt == START_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            _stop(stack, keep)
+            raise
+        break
+    try:
+        yield stack
+    finally:
+        _stop(stack, keep)
+
+
+def _start(gpus: int, nodes: int, extra_env: dict[str, str] | None) -> BenchStack:
     home = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     home.chmod(0o755)  # a root-started private Postgres runs as an unprivileged user
     port, pg_port, nats_port = free_port(), free_port(), free_port()
@@ -159,19 +192,19 @@ def private_stack(
     stack = BenchStack(home, port, process)
     stack._pg_port = pg_port
     stack._nats_port = nats_port
+    return stack
+
+
+def _stop(stack: BenchStack, keep: bool) -> None:
+    stack.process.send_signal(signal.SIGINT)
     try:
-        _wait_ready(stack)
-        yield stack
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        if keep:
-            print(f"stack home kept at {home}", file=sys.stderr)
-        else:
-            shutil.rmtree(home, ignore_errors=True)
+        stack.process.wait(60)
+    except subprocess.TimeoutExpired:
+        stack.process.kill()
+    if keep:
+        print(f"stack home kept at {stack.home}", file=sys.stderr)
+    else:
+        shutil.rmtree(stack.home, ignore_errors=True)
 
 
 def _wait_ready(stack: BenchStack, timeout_s: float = 90.0) -> None:
@@ -180,7 +213,8 @@ def _wait_ready(stack: BenchStack, timeout_s: float = 90.0) -> None:
     ports_file = stack.home / "run" / "health-ports.json"
     while time.monotonic() < deadline:
         if stack.process.poll() is not None:
-            raise RuntimeError(f"the stack exited: {(stack.home / 'supervisor.log').read_text()[-2000:]}")
+            said = (stack.home / "supervisor.log").read_text()[-2000:]
+            raise (PortTaken if _PORT_TAKEN in said else RuntimeError)(f"the stack exited: {said}")
         try:
             ports = json.loads(ports_file.read_text()) if ports_file.exists() else {}
             if ports and all(

@@ -151,8 +151,9 @@ SECTIONS: tuple[Section, ...] = (
                 "`1`",
                 "More than 1: that many launcher processes, 1 to 16 (`launcher`, `launcher-2` ...), "
                 "sharing its work: placements and stop requests from one JetStream consumer, each "
-                "the decisions of its share of the jobs and the NOTIFYs of its share of the outbox "
-                "partitions (services/launcher/shards.py); launcher 0 alone runs the Kubernetes "
+                "the NOTIFYs of its share of the launcher's 16 outbox partitions (a power of two "
+                "splits them evenly) and the decisions of their jobs (services/launcher/shards.py); "
+                "launcher 0 alone runs the Kubernetes "
                 "runner. One killed: the others take its unacknowledged placements, the repair "
                 "loops its decisions.",
             ),

@@ -18,7 +18,8 @@ fair split:
 - **The outbox**: a node agent's events are relayed by a launcher (the agents have no
   NATS rights of their own to publish them): each launcher answers the NOTIFYs of its
   share of the outbox partitions, ``partition mod processes == index`` (a job's events
-  are in the partition of its id), and every launcher's poll takes rows nobody relayed
+  are in the partition of its id; the launcher's block has 16 partitions, so a power of
+  two splits them evenly and 3 splits them 6/5/5), and every launcher's poll takes rows nobody relayed
   within a poll interval, so a launcher that is down delays its share by up to two.
 - **The Kubernetes runner** (the nodes' part, played through Pods) holds the cluster's
   node leases and must be one: only launcher 0 runs it.

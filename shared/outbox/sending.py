@@ -40,7 +40,10 @@ class Outgoing:
 
 async def publish_in_order(bus: Bus, rows: Sequence[Outgoing]) -> list[int | str]:
     """Publish rows in order, stopping at the first failure; the keys of those sent."""
-    return await publish_each_in_order(bus, [rows])
+    sent, failure = await _publish_lane(bus, rows)
+    if failure is not None:
+        _say_unsent([failure], len(sent), len(rows))
+    return sent
 
 
 async def publish_each_in_order(bus: Bus, lanes: Sequence[Sequence[Outgoing]]) -> list[int | str]:
@@ -53,24 +56,33 @@ async def publish_each_in_order(bus: Bus, lanes: Sequence[Sequence[Outgoing]]) -
     as a whole costs about one ack round trip per row of its busiest job instead of one
     per row. (A pass that awaited every ack in turn published no faster than one row a
     round trip: the launcher's relay, which publishes every node's events, became a
-    serial stage of its own.)"""
-    outcomes = await asyncio.gather(*(_publish_lane(bus, lane) for lane in lanes))
-    sent = [key for keys, _ in outcomes for key in keys]
-    failures = [failure for _, failure in outcomes if failure is not None]
+    serial stage of its own.) Every lane has ended when this returns or raises, so no
+    publish of the pass outlives the partition lock its caller holds."""
+    outcomes = await asyncio.gather(*(_publish_lane(bus, lane) for lane in lanes), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    finished = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+    sent = [key for keys, _ in finished for key in keys]
+    failures = [failure for _, failure in finished if failure is not None]
     if failures:
-        row, exc = failures[0]
-        others = f" nor the events of {len(failures) - 1} other jobs" if len(failures) > 1 else ""
-        log.warning(
-            "outbox: NATS did not take %s (%r)%s; %d of %d rows published, the rest stay unsent "
-            "and are retried. %s",
-            row.subject,
-            exc,
-            others,
-            len(sent),
-            sum(len(lane) for lane in lanes),
-            NOT_STORED_HINT,
-        )
+        _say_unsent(failures, len(sent), sum(len(lane) for lane in lanes))
     return sent
+
+
+def _say_unsent(failures: Sequence[tuple[Outgoing, Exception]], sent: int, rows: int) -> None:
+    row, exc = failures[0]
+    others = f" nor the events of {len(failures) - 1} other jobs" if len(failures) > 1 else ""
+    log.warning(
+        "outbox: NATS did not take %s (%r)%s; %d of %d rows published, the rest stay unsent "
+        "and are retried. %s",
+        row.subject,
+        exc,
+        others,
+        sent,
+        rows,
+        NOT_STORED_HINT,
+    )
 
 
 async def _publish_lane(

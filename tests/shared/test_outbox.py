@@ -220,10 +220,11 @@ async def test_relays_splitting_the_partitions_each_answer_the_notifies_of_their
     part = partition_of("job-a", "test")
     owner = OutboxRelay(db, bus, source="test", poll_interval_s=30, answers=lambda p: p == part)
     other = OutboxRelay(db, bus, source="test", poll_interval_s=30, answers=lambda p: p != part)
+    started = [_first_pass_done(relay) for relay in (owner, other)]
     tasks = [asyncio.create_task(relay.run()) for relay in (owner, other)]
     try:
-        await _listening(db, 2)
-        await asyncio.sleep(0.3)  # their first (full) passes
+        for first_pass in started:  # (they listen by then)
+            await asyncio.wait_for(first_pass.wait(), 10)
         async with db.transaction() as conn:
             await append(conn, make_event("job-a"), aggregate="job-a")
         for _ in range(100):
@@ -235,10 +236,9 @@ async def test_relays_splitting_the_partitions_each_answer_the_notifies_of_their
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         survivor = OutboxRelay(db, bus, source="test", poll_interval_s=0.5, answers=lambda p: p != part)
-        already = await db.fetchval(_LISTENING)  # (the stopped relays' connections may still say so)
+        first_pass = _first_pass_done(survivor)
         tasks = [asyncio.create_task(survivor.run())]
-        await _listening(db, already + 1)
-        await asyncio.sleep(0.3)  # its first pass
+        await asyncio.wait_for(first_pass.wait(), 10)
         written = asyncio.get_running_loop().time()
         async with db.transaction() as conn:
             await append(conn, make_event("job-a", "again"), aggregate="job-a")
@@ -255,18 +255,20 @@ async def test_relays_splitting_the_partitions_each_answer_the_notifies_of_their
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-_LISTENING = (
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'"
-)
+def _first_pass_done(relay: OutboxRelay) -> asyncio.Event:
+    """Set once the relay's first (full) pass is over: it listens by then, and from then
+    on takes only rows a NOTIFY names or a poll interval old."""
+    done = asyncio.Event()
+    full_pass = relay.relay_pending
 
+    async def pass_then_say(min_age_s: float = 0.0) -> int:
+        try:
+            return await full_pass(min_age_s)
+        finally:
+            done.set()
 
-async def _listening(db: Database, connections: int) -> None:
-    """Until at least ``connections`` connections LISTEN (relays started, and listening)."""
-    for _ in range(250):
-        if await db.fetchval(_LISTENING) >= connections:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"fewer than {connections} connections LISTEN after 5 s")
+    relay.relay_pending = pass_then_say  # type: ignore[method-assign]
+    return done
 
 
 async def _advisory_locks(db: Database) -> int:

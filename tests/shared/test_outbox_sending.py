@@ -1,6 +1,7 @@
 """A relay pass publishes each job's rows in order and the jobs side by side
-(``sending.publish_each_in_order``), against real NATS: a publish JetStream refuses stops
-its own job's lane, never another's, and nothing of that job after it is stored."""
+(``sending.publish_each_in_order``), against real NATS and Postgres: a publish JetStream
+refuses stops its own job's lane, never another's, and nothing of that job after it is
+stored or stamped."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import logging
 import pytest
 
 from shared.bus.nats import NatsBus
+from shared.db.pool import Database
+from shared.outbox import OutboxRelay, append, partition_of
 from shared.outbox.sending import Outgoing, publish_each_in_order
 from tests.shared.outbox_helpers import make_event, stream_messages
 
@@ -54,3 +57,26 @@ async def test_each_jobs_rows_reach_the_stream_in_their_order(bus: NatsBus) -> N
         event = make_event("x").model_validate_json(data)
         by_job.setdefault(subject, []).append(event.data.name)
     assert by_job == {f"corral.job.submitted.job-{n}": [f"step-{i}" for i in range(5)] for n in range(8)}
+
+
+async def test_a_relay_pass_stamps_the_other_jobs_rows_and_leaves_the_refused_jobs_unsent(
+    db: Database, bus: NatsBus
+) -> None:
+    """Two jobs' rows in one partition; JetStream refuses job-a's first: the pass stamps
+    job-b's two, and job-a's second waits unsent behind its first (not published out of order)."""
+    job_a = "job-a"
+    part = partition_of(job_a, "test")
+    job_b = next(
+        f"job-{n}" for n in range(1000) if f"job-{n}" != job_a and partition_of(f"job-{n}", "test") == part
+    )
+    async with db.transaction() as conn:
+        for step in ("first", "second"):
+            await append(conn, make_event(job_a, step), aggregate=job_a)
+            await append(conn, make_event(job_b, step), aggregate=job_b)
+    first_of_a = await db.fetchval("SELECT min(id) FROM corral.outbox WHERE aggregate = $1", job_a)
+    await db.execute("UPDATE corral.outbox SET subject = 'corral.nowhere.job-a' WHERE id = $1", first_of_a)
+    assert await OutboxRelay(db, bus)._relay_partition(part) == 2
+    unsent = await db.fetch("SELECT aggregate FROM corral.outbox WHERE sent_at IS NULL ORDER BY id")
+    assert [row["aggregate"] for row in unsent] == [job_a, job_a]
+    stored = [subject for subject, _, _ in await stream_messages(bus)]
+    assert stored == [f"corral.job.submitted.{job_b}"] * 2
