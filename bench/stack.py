@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from corral.local.ports import child_output, free_port
+from services.launcher.agent.leftovers import end_tasks_of_home
 from shared.bus.identities import ADMIN
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -201,6 +202,8 @@ def _stop(stack: BenchStack, keep: bool) -> None:
         stack.process.wait(60)
     except subprocess.TimeoutExpired:
         stack.process.kill()
+    # Its agents leave their tasks running for the next agent; no stack of this home comes next.
+    end_tasks_of_home(stack.home)
     if keep:
         print(f"stack home kept at {stack.home}", file=sys.stderr)
     else:

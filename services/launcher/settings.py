@@ -159,8 +159,7 @@ class Settings(BaseSettings):
     def sandbox_scope(self) -> str:
         """The node's name for its cgroups and uid claims: its id and its home's, since
         test stacks (and simulated nodes of several homes) may share one node id."""
-        home = self.common.paths.home.resolve()
-        return f"{self.agent.node_id}.{hashlib.sha256(str(home).encode()).hexdigest()[:8]}"
+        return self.agent.node_id + sandbox_scope_suffix(self.common.paths.home)
 
     @property
     def work_dir(self) -> Path:
@@ -181,9 +180,8 @@ class Settings(BaseSettings):
         if self.agent.state_dir is not None:
             return self.agent.state_dir.resolve()
         home = self.common.paths.home.resolve()
-        digest = hashlib.sha256(str(home).encode()).hexdigest()[:16]
         for _ in range(2):
-            private = _private_dir(SHARED_MEMORY, f"corral-{digest}")
+            private = _private_dir(SHARED_MEMORY, shared_memory_name(home))
             if private is None:
                 break
             # The node's own directory is made now, not at its first task: another agent of
@@ -193,6 +191,22 @@ class Settings(BaseSettings):
                 (private / self.agent.node_id).mkdir(mode=0o700, exist_ok=True)
                 return private / self.agent.node_id
         return home / "agent" / self.agent.node_id
+
+
+def home_digest(home: Path) -> str:
+    """What tells one home's node state (cgroups, state files) from another's on a
+    machine several homes share: the sha256 of its resolved path, in hex."""
+    return hashlib.sha256(str(home.resolve()).encode()).hexdigest()
+
+
+def sandbox_scope_suffix(home: Path) -> str:
+    """What ends the sandbox scope of each node agent of ``home`` (``Settings.sandbox_scope``)."""
+    return f".{home_digest(home)[:8]}"
+
+
+def shared_memory_name(home: Path) -> str:
+    """The name of the home's directory of task state in shared memory."""
+    return f"corral-{home_digest(home)[:16]}"
 
 
 def _private_dir(parent: Path, name: str) -> Path | None:

@@ -20,6 +20,7 @@ import httpx
 
 from corral.local.bus_users import password_file
 from corral.local.ports import child_output, free_port
+from services.launcher.agent.leftovers import end_tasks_of_home
 from shared.bus.identities import ADMIN
 from shared.settings import NatsSettings
 
@@ -46,6 +47,7 @@ class Stack:
     env: dict[str, str]
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    node_homes: set[Path] = field(default_factory=set)  # of the nodes started with a home of their own
 
     @property
     def base_url(self) -> str:
@@ -67,13 +69,16 @@ class Stack:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Stack]:
-        """Started and ready for the block; stopped at its end, which must be clean (exit 0)."""
+        """Started and ready for the block; stopped at its end, which must be clean (exit 0),
+        and its tasks ended: they would hold their ports into the next test's stack."""
         self.start()
         try:
             await self.wait_ready()
             yield self
         finally:
             code = self.stop()
+            for home in (self.home, *self.node_homes):
+                end_tasks_of_home(home)
             assert code == 0, f"supervisor exited {code}:\n{self.logs('supervisor')}"
 
     def stop(self, timeout_s: float = 30.0) -> int:
@@ -97,6 +102,8 @@ class Stack:
     ) -> list[subprocess.Popen[bytes]]:
         """A second machine's processes (node agent + exporter), as an operator would run them;
         with ``home``, a machine of its own: its logs, work and state under it, not the stack's."""
+        if home is not None:
+            self.node_homes.add(home)
         home = home or self.home
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")},

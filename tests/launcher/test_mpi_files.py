@@ -194,6 +194,7 @@ def test_mpirun_is_pointed_at_the_files_and_at_loopback_when_every_task_is_on_it
     launcher = mpi_environment(PATHS, [LAUNCHER, *WORKERS], "launcher", 0, None)
     assert "CORRAL_SSHD_COMMAND" not in launcher
     assert "OMPI_MCA_btl_tcp_if_include" not in launcher
+    assert launcher["OMPI_MCA_if_base_do_not_resolve"] == "1"  # (the names are ssh aliases)
 
 
 def test_the_wrapper_runs_ssh_with_the_jobs_config() -> None:

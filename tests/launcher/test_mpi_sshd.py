@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,19 +81,19 @@ def job() -> Iterator[Job]:
 
 
 def _as(
-    identity: Identity, argv: list[str], env: dict[str, str], cwd: Path
+    identity: Identity, argv: list[str], env: dict[str, str], cwd: Path, resolv_conf: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``argv`` run as the task's uid; with ``resolv_conf``, in a mount namespace where it
+    stands in for ``/etc/resolv.conf``."""
+    ids: dict[str, Any] = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+    if resolv_conf is not None:
+        setpriv = ["--reuid", str(identity.uid), "--regid", str(identity.gid), "--clear-groups"]
+        script = 'mount --bind "$0" /etc/resolv.conf && exec setpriv "$@"'
+        unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(resolv_conf)]
+        argv = [*unshare, *setpriv, *argv]
+        ids = {}
     return subprocess.run(
-        argv,
-        env=env,
-        cwd=cwd,
-        user=identity.uid,
-        group=identity.gid,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False, **ids
     )
 
 
@@ -149,6 +151,47 @@ async def test_the_launcher_reaches_each_worker_through_its_sshd(job: Job) -> No
             assert done.returncode == 0, done.stdout + done.stderr
             assert sorted(done.stdout.split("\n")[:2]) == ["rank 0", "rank 1"]
     finally:
+        for sshd in sshds:
+            await _stop(sshd)
+
+
+class _SilentResolver(asyncio.DatagramProtocol):
+    """A DNS server that writes down the names it is asked for and never answers: a
+    cluster's resolver that is down or unreachable."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:  # noqa: ARG002
+        labels, at = [], 12  # (the question's name follows the 12-byte header)
+        while at < len(data) and data[at]:
+            labels.append(data[at + 1 : at + 1 + data[at]].decode(errors="replace"))
+            at += 1 + data[at]
+        self.asked.append(".".join(labels))
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+async def test_mpirun_asks_no_resolver_for_the_workers_names(job: Job, tmp_path: Path) -> None:
+    cwd, identity, peers, envs = job
+    address = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.53"
+    transport, resolver = await asyncio.get_running_loop().create_datagram_endpoint(
+        _SilentResolver, local_addr=(address, 53)
+    )
+    resolv_conf = tmp_path / "resolv.conf"
+    resolv_conf.write_text(f"nameserver {address}\noptions timeout:2 attempts:1\n")
+    resolv_conf.chmod(0o644)
+    workers = [p for p in peers if p.role == "worker"]
+    sshds = [await _start_sshd(envs[("worker", w.index)], cwd, identity) for w in workers]
+    try:
+        targets = [SshTarget(f"worker-{w.index}", w.host, w.ports["ssh"][0]) for w in workers]
+        assert await wait_for_sshds(targets, 10, lambda: False)
+        argv = ["mpirun", "-np", "2", "sh", "-c", "echo rank $OMPI_COMM_WORLD_RANK"]
+        done = await asyncio.to_thread(_as, identity, argv, envs[("launcher", 0)], cwd, resolv_conf)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert sorted(done.stdout.split("\n")[:2]) == ["rank 0", "rank 1"]
+        assert [name for name in resolver.asked if name.startswith("worker-")] == []
+    finally:
+        transport.close()
         for sshd in sshds:
             await _stop(sshd)
 
