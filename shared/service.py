@@ -207,7 +207,7 @@ async def service_resources(
     relay: bool = True,
     liveness: LivenessFactory = Liveness,
     dead_letters: DeadLettersFactory = PostgresDeadLetters,
-    relay_answers: Callable[[int], bool] | None = None,
+    relay_answers: Callable[[int], bool] = lambda _part: True,
 ) -> AsyncIterator[ServiceResources]:
     """Open everything a service needs; ``event_source`` is the ``source`` of its events
     (default ``corral/<name>``), which picks the NOTIFY channel its outbox relay hears.

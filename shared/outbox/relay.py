@@ -109,7 +109,7 @@ class OutboxRelay:
         batch_size: int = 256,
         poll_interval_s: float = 1.0,
         retention_s: float = 24 * 3600,
-        answers: Callable[[int], bool] | None = None,
+        answers: Callable[[int], bool] = lambda _part: True,
     ) -> None:
         self._db = db
         self._answers = answers
@@ -262,7 +262,7 @@ class OutboxRelay:
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if isinstance(payload, str) and payload.isdigit():
             part = int(payload)
-            if self._answers is not None and not self._answers(part):
+            if not self._answers(part):
                 return  # another process's to answer (or this one's poll, if it is down)
             self._notified.add(part)
         else:

@@ -3,16 +3,12 @@ keeps its JSON contract (the real figures are in docs/performance.md)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from bench.api import percentile
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 
 @pytest.mark.e2e
@@ -20,9 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_a_small_run_prints_one_json_line_with_both_figures() -> None:
     command = [sys.executable, "-m", "bench.api", "--submits", "60", "--warmup", "10", "--concurrency", "4"]
     command += ["--subscribers", "20", "--sse-rate", "20", "--sse-seconds", "0.5", "--sse-burst", "5"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=170, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = run_bench(command, timeout_s=170)
     assert result["bench"] == "api"
     for key in ("submits_per_s", "submit_p50_ms", "submit_p99_ms", "api_cpu_ms_per_submit"):
         assert result[key] > 0, key
@@ -44,9 +38,7 @@ def test_percentile_takes_the_rank_below() -> None:
 def test_openpai_submits_are_measured_beside_native_ones() -> None:
     command = [sys.executable, "-m", "bench.api", "--submits", "40", "--warmup", "5", "--concurrency", "4"]
     command += ["--subscribers", "0", "--openpai", "--rounds", "1"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=170, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = run_bench(command, timeout_s=170)
     assert result["submits_per_s"] > 0
     assert result["openpai_submits_per_s"] > 0
     assert result["openpai_ratio"] == pytest.approx(

@@ -4,14 +4,11 @@ example through the API, checks each run as a user would, and keeps its JSON con
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -19,9 +16,7 @@ pytestmark = pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_two_short_runs_succeed_and_print_one_json_line() -> None:
     command = [sys.executable, "-m", "bench.ddp_example", "--runs", "2", "--steps", "5"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, done = run_bench(command, timeout_s=230)
     assert (result["bench"], result["runs"], result["succeeded"], result["failed"]) == (
         "ddp_example",
         2,

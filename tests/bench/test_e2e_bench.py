@@ -5,13 +5,11 @@ real figures are in docs/performance.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -22,9 +20,7 @@ def test_a_small_run_on_two_nodes_and_two_launchers_prints_its_statements_stages
         *(sys.executable, "-m", "bench.e2e", "--jobs", "20", "--probes", "3", "--statements", "5"),
         *("--nodes", "2", "--gpus", "2", "--launcher-processes", "2"),
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, done = run_bench(command, timeout_s=230)
     assert (result["bench"], result["jobs"], result["failed_jobs"]) == ("e2e", 20, 0)
     assert result["jobs_per_s"] > 0
     assert 0 < result["start_latency_p50_ms"] <= result["start_latency_p99_ms"]
@@ -62,10 +58,8 @@ def test_several_runs_print_each_and_then_their_medians() -> None:
         "--pause-s",
         "0",
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    result, done = run_bench(command, timeout_s=230)
     runs = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"bench"')]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(runs) == 2
     assert result["runs"] == 2
     assert result["jobs_per_s_each_run"] == [run["jobs_per_s"] for run in runs]

@@ -4,14 +4,11 @@ real figures come from a full run)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -29,9 +26,7 @@ def test_a_small_run_measures_echo_first_byte_and_forward_and_prints_one_json_li
         "--megabytes",
         "20",
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = run_bench(command, timeout_s=230)
     assert (result["bench"], result["keystrokes"], result["opens"]) == ("interactive", 20, 2)
     assert 0 < result["exec_echo_p50_ms"] <= result["exec_echo_p99_ms"] <= result["exec_echo_max_ms"]
     assert 0 < result["first_byte_ms"] <= result["first_byte_max_ms"]

@@ -4,14 +4,11 @@ docs/performance.md)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -19,9 +16,7 @@ pytestmark = pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_a_small_run_times_both_ways_and_prints_one_json_line() -> None:
     command = [sys.executable, "-m", "bench.outbox_relay", "--jobs", "4", "--rounds", "2"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=170, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = run_bench(command, timeout_s=170)
     assert (result["bench"], result["rows_per_pass"], result["rounds"]) == ("outbox_relay", 12, 2)
     for way in ("one_ack_at_a_time", "jobs_side_by_side"):
         assert result[f"{way}_pass_ms"] > 0

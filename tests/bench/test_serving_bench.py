@@ -5,14 +5,11 @@ figures come from a full run)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +27,7 @@ def test_a_small_run_measures_overhead_throughput_and_the_closed_loop() -> None:
         "--seconds",
         "1",
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=230, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = run_bench(command, timeout_s=230)
     assert (result["bench"], result["requests"], result["concurrency"]) == ("serving", 100, 4)
     assert result["direct_p50_ms"] > 0
     assert result["gateway_p50_ms"] == pytest.approx(

@@ -75,6 +75,10 @@ async def test_launcher_killed_before_it_sees_a_placement_loses_nothing(
 
 
 BURST = 60
+# The attempts the launcher has made for the burst's jobs so far.
+BURST_ATTEMPTS = (
+    "SELECT count(*) FROM launcher.attempts a JOIN api.jobs j ON j.id = a.job_id WHERE j.name LIKE 'burst-%'"
+)
 
 
 async def _kill_amid_a_burst(
@@ -119,11 +123,7 @@ async def _each_ran_once(stack: Stack, database_url: str, jobs: list[str]) -> No
 async def test_launcher_killed_amid_a_burst_of_placements_loses_none_and_launches_none_twice(
     stack: Stack, database_url: str
 ) -> None:
-    made = (
-        "SELECT count(*) FROM launcher.attempts a"
-        " JOIN api.jobs j ON j.id = a.job_id WHERE j.name LIKE 'burst-%'"
-    )
-    jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", made)
+    jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", BURST_ATTEMPTS)
     assert 0 < at_kill < BURST, f"the launcher was killed with {at_kill} of {BURST} placements handled"
     await _each_ran_once(stack, database_url, jobs)
 
@@ -138,11 +138,7 @@ async def test_two_launchers_share_a_burst_and_one_killed_amid_it_loses_none_and
     env = {"CORRAL_DATABASE_URL": database_url, "CORRAL_NATS_URL": nats_url, "CORRAL_LAUNCHER_PROCESSES": "2"}
     async with Stack(tmp_path / "home", env).running() as stack:
         assert stack.pid("launcher") != stack.pid("launcher-2")
-        made = (
-            "SELECT count(*) FROM launcher.attempts a"
-            " JOIN api.jobs j ON j.id = a.job_id WHERE j.name LIKE 'burst-%'"
-        )
-        jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", made)
+        jobs, at_kill = await _kill_amid_a_burst(stack, database_url, "launcher", BURST_ATTEMPTS)
         assert 0 < at_kill < BURST, f"the launcher was killed with {at_kill} of {BURST} placements handled"
         await _each_ran_once(stack, database_url, jobs)
         ports = json.loads((stack.home / "run" / "health-ports.json").read_text())

@@ -1,5 +1,5 @@
 """What a node's reports write, on real Postgres: the Kubernetes runner's statements (a
-node agent's functions repeat them: tests/shared/test_db_roles.py). "Started": the
+node agent's functions repeat them: tests/shared/test_db_node_roles.py). "Started": the
 attempt RUNNING and ``task.started``; for the job's first task to run, in the same
 statement, the job RUNNING and ``job.running`` after it. "Ended": the attempt's end and
 ``task.exited``, then the job's decision. A report that is not the node's to make:
