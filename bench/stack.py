@@ -202,12 +202,15 @@ def _stop(stack: BenchStack, keep: bool) -> None:
         stack.process.wait(60)
     except subprocess.TimeoutExpired:
         stack.process.kill()
-    # Its agents leave their tasks running for the next agent; no stack of this home comes next.
-    end_tasks_of_home(stack.home)
-    if keep:
-        print(f"stack home kept at {stack.home}", file=sys.stderr)
-    else:
-        shutil.rmtree(stack.home, ignore_errors=True)
+        stack.process.wait()
+    try:
+        # Its agents leave their tasks running for the next agent; no stack of this home comes next.
+        end_tasks_of_home(stack.home)
+    finally:
+        if keep:
+            print(f"stack home kept at {stack.home}", file=sys.stderr)
+        else:
+            shutil.rmtree(stack.home, ignore_errors=True)
 
 
 def _wait_ready(stack: BenchStack, timeout_s: float = 90.0) -> None:

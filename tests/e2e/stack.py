@@ -48,19 +48,23 @@ class Stack:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     node_homes: set[Path] = field(default_factory=set)  # of the nodes started with a home of their own
+    node_processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
-        env = {
+    def _env(self) -> dict[str, str]:
+        return {
             **os.environ,
             **FAST_LOOPS,
             **self.env,
             "CORRAL_HOME": str(self.home),
             "CORRAL_PORT": str(self.port),
         }
+
+    def start(self) -> None:
+        env = self._env()
         self.home.mkdir(parents=True, exist_ok=True)
         with child_output(self.home / "supervisor.log") as log:
             self.process = subprocess.Popen(
@@ -77,9 +81,24 @@ class Stack:
             yield self
         finally:
             code = self.stop()
-            for home in (self.home, *self.node_homes):
-                end_tasks_of_home(home)
-            assert code == 0, f"supervisor exited {code}:\n{self.logs('supervisor')}"
+            try:
+                self._end_nodes()
+            finally:
+                assert code == 0, f"supervisor exited {code}:\n{self.logs('supervisor')}"
+
+    def _end_nodes(self) -> None:
+        """Stop the processes ``start_node`` started, then end every task of the stack's
+        homes (their agents leave them running for the next agent, and none comes)."""
+        for process in self.node_processes:
+            process.terminate()
+        for process in self.node_processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for home in (self.home, *self.node_homes):
+            end_tasks_of_home(home, state_dir=_path_or_none(self._env().get("CORRAL_AGENT_STATE_DIR")))
 
     def stop(self, timeout_s: float = 30.0) -> int:
         assert self.process is not None
@@ -124,6 +143,7 @@ class Stack:
                         [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
                     )
                 )
+        self.node_processes += processes
         return processes
 
     def admin_nats(self) -> NatsSettings:
@@ -232,6 +252,10 @@ class Stack:
 
 # A task that runs until the test lets it go: `stack.release(job_id)`.
 HOLD = "until [ -f release ]; do sleep 0.05; done; echo released"
+
+
+def _path_or_none(value: str | None) -> Path | None:
+    return Path(value) if value else None
 
 
 async def submit(

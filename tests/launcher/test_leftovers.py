@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.launcher.agent.leftovers import end_tasks_of_home
-from services.launcher.agent.processes import TaskFiles, spawn, spawn_sandboxed
+from services.launcher.agent.processes import TaskFiles, kill_group, spawn, spawn_sandboxed
 from services.launcher.settings import SHARED_MEMORY, sandbox_scope_suffix, shared_memory_name
 from tests.launcher.sandboxes import prepare_task, sandbox_for_tests
 
@@ -59,9 +60,11 @@ def test_a_stopped_homes_tasks_end_and_another_homes_run_on(tmp_path: Path) -> N
         assert end_tasks_of_home(home) == [], "a second call finds nothing left"
     finally:
         spared.launch.cgroup.kill()
+        kill_group(plain.pid)
         for process in (*helpers, plain):
             process.kill()
             process.wait(10)
+        shutil.rmtree(SHARED_MEMORY / shared_memory_name(home), ignore_errors=True)
         for sandbox, task in ((ours, sandboxed), (theirs, spared)):
             _wait_for(partial(sandbox.finish, task.attempt_id, task.job_id))
             sandbox.close()

@@ -1,10 +1,11 @@
 """Least privilege in Postgres: each service's role may do what its SQL does and nothing
-more, and a node agent's role may only call its node's functions, for its own node.
+more (a node agent's role, which may only call its node's functions for its own node:
+``test_db_node_roles.py``).
 
-Every test here tries to break a promise (a ``permission denied``, another node's attempt,
-a forged event) or shows that the role does what its service needs. The table
-``EXPECTED`` is the whole grant matrix: a table, view, sequence or function added
-without a decision about who may use it fails ``test_every_object_has_a_grant_decision``.
+Every test here tries to break a promise (a ``permission denied``) or shows that the role
+does what its service needs. The table ``EXPECTED`` is the whole grant matrix, the node
+agent's functions included: a table, view, sequence or function added without a decision
+about who may use it fails ``test_every_object_has_a_grant_decision``.
 """
 
 from __future__ import annotations

@@ -54,9 +54,11 @@ def mpi_environment(
         "OMPI_MCA_orte_default_hostfile": str(paths.hostfile),
         "OMPI_MCA_plm_rsh_agent": ssh_agent,
         "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
-        # The hostfile's names are the ssh config's aliases, known to no resolver; mpirun
-        # would ask DNS for each of them several times to learn whether it is this host,
-        # and a resolver that does not answer holds the start ten seconds a question.
+        # The hostfile's names are the ssh config's aliases, known to no resolver; Open
+        # MPI 4's mpirun would ask DNS for each several times to learn whether it is this
+        # host (a resolver that does not answer holds the start ten seconds a question;
+        # one that knows such a name as this host would have its ranks started here,
+        # outside the worker's sandbox). Every worker is reached through ssh.
         "OMPI_MCA_if_base_do_not_resolve": "1",
         "PRTE_MCA_prte_default_hostfile": str(paths.hostfile),
         "PRTE_MCA_plm_ssh_agent": ssh_agent,
