@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from corral.local.ports import child_output, free_port
+from services.launcher.agent.leftovers import end_tasks_of_home
 from shared.bus.nats import NatsBus
 from shared.bus.protocol import ConsumerConfig
 from shared.settings import NatsSettings
@@ -148,6 +149,9 @@ async def test_a_machine_joins_with_a_token_runs_work_and_is_cut_off_when_remove
             except subprocess.TimeoutExpired:
                 far.kill()
                 far.wait()
+            # The held task outlives its cut-off agent, as a real one would until the
+            # machine is cleaned up; no agent of this home comes back to end it.
+            end_tasks_of_home(far_home)
 
 
 async def test_an_integrator_reads_the_job_stream_with_minted_credentials_until_revoked(
